@@ -1,0 +1,96 @@
+// kvq/append/append_impl.cuh - the append kernel (include from one .cu per configuration).
+//
+// Grid: x = work items of a sequence, y = sequence, z = KV head. Items [0, W/P) are the ring's
+// "row pages" (rows [i*P, (i+1)*P)): item i first quantizes the one page turning cold whose
+// tokens sit in those rows (if any), then, after a block barrier, writes the new hot tokens that
+// land in the same rows. Only item i touches those rows, which resolves the hazard of a row
+// holding a token being quantized while it is the destination of a new one. Items from W/P on
+// quantize pages made only of new tokens.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kvq/append/append.hpp"
+#include "kvq/quant/section_codec.hpp"
+
+KVQ_NAMESPACE_BEGIN
+namespace detail {
+
+constexpr int kAppendThreads = 256;
+
+template <class Cfg>
+__global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
+    append_kernel(CacheView<typename Cfg::dtype> v, AppendBatch<typename Cfg::dtype> a, int max_new, uint32_t* flags) {
+  using T = typename Cfg::dtype;
+  constexpr int D = Cfg::head_dim, P = Cfg::page;
+  __shared__ alignas(16) uint8_t scratch[P * D];
+  __shared__ SeqAppend plan;
+  const int item = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
+  const int tid = threadIdx.x;
+  if (tid == 0) plan = plan_sequence(v, a, b, P, max_new);
+  __syncthreads();
+  if (plan.status != Status::kSuccess) {
+    if (tid == 0 && item == 0 && h == 0) atomicOr(flags, uint32_t(kFlagBadSequence));
+    return;
+  }
+  const int window = v.residual + P, row_pages = window / P;
+  const int64_t first = plan.cold_old / P, end = plan.cold_new / P;
+  uint32_t f = 0;
+  auto sync = [] { __syncthreads(); };
+  auto encode = [&](int64_t p) {
+    const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
+    auto row_k = [&](int t) { return source_row(v, v.hot_k, a.new_k, plan, p * P + t, h, D, P); };
+    auto row_v = [&](int t) { return source_row(v, v.hot_v, a.new_v, plan, p * P + t, h, D, P); };
+    encode_record<Cfg>(row_k, row_v, v.cold + record_offset(page, h, v.num_kv_heads, Cfg::record_bytes), scratch,
+                       tid, kAppendThreads, sync, f);
+  };
+  if (item < row_pages) {
+    const int64_t p = first + ((item - first % row_pages) + row_pages) % row_pages;
+    if (p < end && p * P < plan.len_old) encode(p);  // ends with a barrier: reads are done
+    // New hot tokens whose ring rows are this item's rows (fewer than W tokens in all).
+    constexpr int kVec = 16 / sizeof(T), kVecPerRow = D / kVec;
+    const int64_t lo = plan.len_old > plan.cold_new ? plan.len_old : plan.cold_new;
+    const int64_t count = (plan.len_new - lo) * kVecPerRow;
+    for (int64_t i = tid; i < count; i += kAppendThreads) {
+      const int64_t t = lo + i / kVecPerRow;
+      if ((t / P) % row_pages != item) continue;
+      const int c = int(i % kVecPerRow) * kVec;
+      const size_t dst = hot_offset(plan.slot, ring_row(t, window), h, window, v.num_kv_heads, D) + c;
+      *reinterpret_cast<uint4*>(v.hot_k + dst) = *reinterpret_cast<const uint4*>(source_row(v, v.hot_k, a.new_k, plan, t, h, D, P) + c);
+      *reinterpret_cast<uint4*>(v.hot_v + dst) = *reinterpret_cast<const uint4*>(source_row(v, v.hot_v, a.new_v, plan, t, h, D, P) + c);
+    }
+  } else {
+    const int64_t p = (first > (plan.len_old + P - 1) / P ? first : (plan.len_old + P - 1) / P) + (item - row_pages);
+    if (p < end) encode(p);
+  }
+  if (item == 0 && h == 0 && tid == 0 && a.cold_out) a.cold_out[b] = int32_t(plan.cold_new);
+  if (f) atomicOr(flags, f);
+}
+
+}  // namespace detail
+
+template <class Cfg>
+Status append(const CacheView<typename Cfg::dtype>& cache, const AppendBatch<typename Cfg::dtype>& batch,
+              int max_new_tokens, uint32_t* flags, cudaStream_t stream) {
+  Status st = check_view(cache, Cfg::page);
+  if (st == Status::kSuccess) st = check_append_args(batch);
+  if (st != Status::kSuccess) return st;
+  if (!flags) return Status::kNullPointer;
+  if (max_new_tokens < 0 || batch.batch > 65535 || cache.num_kv_heads > 65535) return Status::kInvalidShape;
+  if (reinterpret_cast<uintptr_t>(cache.cold) % 16 || reinterpret_cast<uintptr_t>(cache.hot_k) % 16 ||
+      reinterpret_cast<uintptr_t>(cache.hot_v) % 16 || reinterpret_cast<uintptr_t>(batch.new_k) % 16 ||
+      reinterpret_cast<uintptr_t>(batch.new_v) % 16)
+    return Status::kInvalidShape;  // records and rows are read and written 16 bytes at a time
+  if (batch.batch == 0) return Status::kSuccess;
+  const int row_pages = (cache.residual + Cfg::page) / Cfg::page;
+  const dim3 grid(unsigned(row_pages + max_new_tokens / Cfg::page), unsigned(batch.batch), unsigned(cache.num_kv_heads));
+  detail::append_kernel<Cfg><<<grid, detail::kAppendThreads, 0, stream>>>(cache, batch, max_new_tokens, flags);
+  return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
+}
+
+#define KVQ_INSTANTIATE_APPEND(Cfg)                                                                        \
+  template ::kvq::Status kvq::append<Cfg>(const ::kvq::CacheView<typename Cfg::dtype>&,                   \
+                                         const ::kvq::AppendBatch<typename Cfg::dtype>&, int, uint32_t*, \
+                                         cudaStream_t)
+
+KVQ_NAMESPACE_END

@@ -1,0 +1,88 @@
+// kvq/cache/append_plan.hpp - what one append does to one sequence, shared by the host reference
+// and the append kernel: the batch arguments, the per-sequence checks and where each token's
+// raw K/V row comes from.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+
+#include "kvq/cache/view.hpp"
+#include "kvq/cache/window.hpp"
+#include "kvq/core/status.hpp"
+
+KVQ_NAMESPACE_BEGIN
+
+// A batch of appends (prompt, chunk or decode tokens alike). Pointers are host memory for the
+// host reference and device memory for the kernel.
+template <class T>
+struct AppendBatch {
+  int32_t batch = 0;
+  SeqLengths lengths;              // before the append
+  const int32_t* cu_new = nullptr; // [batch + 1] prefix sums of new tokens per sequence, cu_new[0] = 0
+  // New tokens' K and V: [cu_new[batch]][num_kv_heads][head_dim] (e.g. the QKV projection after RoPE).
+  const T* new_k = nullptr;
+  const T* new_v = nullptr;
+  int32_t* cold_out = nullptr;     // optional [batch]: the cold length after the append
+};
+
+// One sequence's append, resolved from lengths.
+struct SeqAppend {
+  int64_t len_old, cold_old, len_new, cold_new;
+  int64_t new_begin;  // row of the sequence's first new token in new_k / new_v
+  int32_t slot;
+  Status status;
+};
+
+// max_new: the caller's bound on new tokens per sequence (the kernel's grid is sized from it).
+template <class T>
+KVQ_HD SeqAppend plan_sequence(const CacheView<T>& v, const AppendBatch<T>& a, int b, int page,
+                               int64_t max_new = INT64_MAX) {
+  SeqAppend s{};
+  s.len_old = a.lengths.len[b];
+  s.cold_old = a.lengths.cold[b];
+  s.new_begin = a.cu_new[b];
+  const int64_t n = int64_t(a.cu_new[b + 1]) - a.cu_new[b];
+  s.len_new = s.len_old + n;
+  s.slot = v.hot_slot[b];
+  s.status = n > max_new ? Status::kInvalidShape
+                         : check_lengths(s.len_old, s.cold_old, n, v.residual, page, v.max_pages_per_seq);
+  if (s.status != Status::kSuccess) return s;
+  if (s.slot < 0 || s.slot >= v.num_slots) {
+    s.status = Status::kInvalidHotSlot;
+    return s;
+  }
+  s.cold_new = cold_after(s.len_new, s.cold_old, v.residual, page);
+  const int32_t* row = v.block_table + int64_t(b) * v.max_pages_per_seq;
+  for (int64_t p = s.cold_old / page; p < s.cold_new / page; ++p)
+    if (row[p] < 0 || row[p] >= v.num_pages) s.status = Status::kInvalidPageId;
+  return s;
+}
+
+// Raw row (head_dim values) of token t of the sequence for one head: from the hot ring while
+// t < len_old, else from the new tokens.
+template <class T>
+KVQ_HD const T* source_row(const CacheView<T>& v, const T* ring, const T* fresh, const SeqAppend& s,
+                           int64_t t, int head, int head_dim, int page) {
+  const int window = v.residual + page;
+  if (t < s.len_old) return ring + hot_offset(s.slot, ring_row(t, window), head, window, v.num_kv_heads, head_dim);
+  return fresh + (size_t(s.new_begin + (t - s.len_old)) * size_t(v.num_kv_heads) + size_t(head)) * size_t(head_dim);
+}
+
+// Host-side checks of a view that need no device memory access.
+template <class T>
+inline Status check_view(const CacheView<T>& v, int page) {
+  if (!v.cold || !v.hot_k || !v.hot_v || !v.block_table || !v.hot_slot) return Status::kNullPointer;
+  if (v.num_kv_heads <= 0 || v.num_slots <= 0 || v.num_pages < 0 || v.max_pages_per_seq < 0) return Status::kInvalidShape;
+  if (v.residual < 0 || v.residual % page != 0) return Status::kConfigMismatch;
+  return Status::kSuccess;
+}
+
+template <class T>
+inline Status check_append_args(const AppendBatch<T>& a) {
+  if (a.batch < 0) return Status::kInvalidShape;
+  if (a.batch == 0) return Status::kSuccess;
+  if (!a.lengths.len || !a.lengths.cold || !a.cu_new || !a.new_k || !a.new_v) return Status::kNullPointer;
+  return Status::kSuccess;
+}
+
+KVQ_NAMESPACE_END

@@ -1,0 +1,81 @@
+// kvq/cache/planner.hpp - capacity planning from lengths and shapes alone (host, constexpr).
+//
+// All sizes count every layer of a model: an engine multiplies nothing by hand.
+#pragma once
+
+#include <cstdint>
+
+#include "kvq/cache/record_layout.hpp"
+#include "kvq/cache/window.hpp"
+#include "kvq/core/status.hpp"
+#include "kvq/quant/formats.hpp"
+
+KVQ_NAMESPACE_BEGIN
+
+struct ModelShape {
+  int layers;
+  int kv_heads;
+  int head_dim;
+};
+
+struct CacheFormat {
+  QuantDesc k;
+  QuantDesc v;
+  int page;      // P
+  int residual;  // R, a multiple of P
+};
+
+constexpr Status validate(const ModelShape& m, const CacheFormat& f) {
+  return m.layers <= 0 || m.kv_heads <= 0 ? Status::kInvalidShape
+         : f.residual < 0 || f.page <= 0 || f.residual % f.page != 0
+             ? Status::kConfigMismatch
+             : validate_layout(f.k, f.v, m.head_dim, f.page);
+}
+
+// Bytes of one cold page of every layer and KV head.
+constexpr uint64_t page_bytes(const ModelShape& m, const CacheFormat& f) {
+  return uint64_t(m.layers) * uint64_t(m.kv_heads) * record_offsets(f.k, f.v, m.head_dim, f.page).bytes;
+}
+
+// Cold bytes per token, every layer (the steady-state cost of a long context).
+constexpr double bytes_per_token(const ModelShape& m, const CacheFormat& f) {
+  return double(page_bytes(m, f)) / double(f.page);
+}
+
+// The same in bf16/fp16 without any quantization or window (what an engine stores today).
+constexpr double bytes_per_token_dense(const ModelShape& m, int dtype_bytes = 2) {
+  return 2.0 * m.layers * m.kv_heads * m.head_dim * dtype_bytes;
+}
+
+// The hot ring of one sequence, every layer: K and V, W = R + P rows of the model dtype.
+constexpr uint64_t hot_bytes_per_sequence(const ModelShape& m, const CacheFormat& f, int dtype_bytes = 2) {
+  return 2ull * uint64_t(m.layers) * uint64_t(f.residual + f.page) * uint64_t(m.kv_heads) * uint64_t(m.head_dim) *
+         uint64_t(dtype_bytes);
+}
+
+// Cold pages a sequence of `len` tokens holds after appends alone.
+constexpr int64_t cold_pages_for(int64_t len, const CacheFormat& f) { return cold_after(len, 0, f.residual, f.page) / f.page; }
+
+// Bytes one sequence of `len` tokens occupies: its cold pages plus its hot ring.
+constexpr uint64_t bytes_for_sequence(int64_t len, const ModelShape& m, const CacheFormat& f, int dtype_bytes = 2) {
+  return uint64_t(cold_pages_for(len, f)) * page_bytes(m, f) + hot_bytes_per_sequence(m, f, dtype_bytes);
+}
+
+// How many sequences of `len` tokens fit in `budget` bytes.
+constexpr int64_t sequences_that_fit(uint64_t budget, int64_t len, const ModelShape& m, const CacheFormat& f,
+                                     int dtype_bytes = 2) {
+  return int64_t(budget / bytes_for_sequence(len, m, f, dtype_bytes));
+}
+
+// The longest length each of `num_seqs` sequences can reach within `budget` bytes (0 if not even
+// the hot rings fit): with n cold pages a sequence holds up to n*P + R + P - 1 tokens.
+constexpr int64_t tokens_that_fit(uint64_t budget, int64_t num_seqs, const ModelShape& m, const CacheFormat& f,
+                                  int dtype_bytes = 2) {
+  const uint64_t per_seq = budget / uint64_t(num_seqs);
+  const uint64_t hot = hot_bytes_per_sequence(m, f, dtype_bytes);
+  if (per_seq < hot) return 0;
+  const int64_t pages = int64_t((per_seq - hot) / page_bytes(m, f));
+  return pages * f.page + f.residual + f.page - 1;
+}
+
+KVQ_NAMESPACE_END

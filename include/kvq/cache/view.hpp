@@ -1,0 +1,57 @@
+// kvq/cache/view.hpp - CacheView: the non-owning description of one layer's paged cache.
+//
+// The engine owns every buffer; kvq only reads and writes through the pointers below. All byte
+// offsets are computed in 64 bits (one layer of 100,000 pages x 8 heads exceeds 2^31 bytes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvq/core/platform.hpp"
+
+KVQ_NAMESPACE_BEGIN
+
+template <class T>
+struct CacheView {
+  // Cold pool: [num_pages][num_kv_heads][record_bytes]; record layout in kvq/cache/record_layout.hpp.
+  // 16-byte aligned.
+  uint8_t* cold = nullptr;
+  int64_t num_pages = 0;
+
+  // Hot rings: [num_slots][window][num_kv_heads][head_dim] of T each, window = residual + page.
+  // Token t of the sequence in slot s is row t mod window of ring s while it is hot.
+  T* hot_k = nullptr;
+  T* hot_v = nullptr;
+  int32_t num_slots = 0;
+  int32_t residual = 0;  // R: a multiple of the page size (0 allowed)
+
+  int32_t num_kv_heads = 0;
+
+  // Block table: [batch][max_pages_per_seq] page ids; row b lists sequence b's cold pages in
+  // token order (entry i holds tokens [i*P, (i+1)*P)).
+  const int32_t* block_table = nullptr;
+  int32_t max_pages_per_seq = 0;
+
+  // Hot slot of each sequence in the batch: [batch]. Assigned by the engine, not the batch index.
+  const int32_t* hot_slot = nullptr;
+};
+
+// Byte offset of record (page, head) inside the cold pool.
+KVQ_HD size_t record_offset(int64_t page, int head, int num_kv_heads, size_t record_bytes) {
+  return (size_t(page) * size_t(num_kv_heads) + size_t(head)) * record_bytes;
+}
+
+// Element offset of (slot, row, head, 0) inside a hot ring buffer.
+KVQ_HD size_t hot_offset(int slot, int row, int head, int window, int num_kv_heads, int head_dim) {
+  return ((size_t(slot) * size_t(window) + size_t(row)) * size_t(num_kv_heads) + size_t(head)) * size_t(head_dim);
+}
+
+// Per-sequence lengths of a batch, as the engine keeps them (device or host memory, matching the
+// entry point). `len` counts tokens already in the cache (before this step's new tokens),
+// `cold` the cold tokens (a multiple of the page size).
+struct SeqLengths {
+  const int32_t* len = nullptr;   // [batch]
+  const int32_t* cold = nullptr;  // [batch]
+};
+
+KVQ_NAMESPACE_END

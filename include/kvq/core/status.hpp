@@ -1,0 +1,49 @@
+// kvq/core/status.hpp - the Status every kvq entry point returns (no exceptions, no exit).
+#pragma once
+
+#include <cstdint>
+
+#include "kvq/core/platform.hpp"
+
+KVQ_NAMESPACE_BEGIN
+
+enum class Status : int {
+  kSuccess = 0,
+  kNullPointer,          // a required pointer is null
+  kInvalidShape,         // a count, head number or stride is out of range
+  kInvalidLength,        // a sequence length is inconsistent (C > L, C not page-aligned, hot span too long, rollback below C)
+  kBlockTableOverflow,   // a length needs more pages than the block table row holds
+  kInvalidPageId,        // a block-table entry is outside [0, num_pages)
+  kInvalidHotSlot,       // a hot slot id is outside [0, num_slots)
+  kConfigMismatch,       // a runtime value (head dim, page size, window) disagrees with the compiled configuration
+  kNotInstantiated,      // the requested configuration was not compiled into this binary
+  kWorkspaceTooSmall,    // the caller's workspace is smaller than the plan asked for
+  kCudaError,            // a CUDA runtime call failed; the CUDA error is left for cudaGetLastError
+};
+
+inline const char* to_string(Status s) {
+  switch (s) {
+    case Status::kSuccess: return "success";
+    case Status::kNullPointer: return "null pointer";
+    case Status::kInvalidShape: return "invalid shape";
+    case Status::kInvalidLength: return "invalid sequence length";
+    case Status::kBlockTableOverflow: return "length beyond the block table";
+    case Status::kInvalidPageId: return "page id out of range";
+    case Status::kInvalidHotSlot: return "hot slot out of range";
+    case Status::kConfigMismatch: return "runtime value does not match the compiled configuration";
+    case Status::kNotInstantiated: return "configuration not instantiated";
+    case Status::kWorkspaceTooSmall: return "workspace too small";
+    case Status::kCudaError: return "CUDA error";
+  }
+  return "unknown status";
+}
+
+// Bits a kernel (or the host reference) ORs into the caller's `flags` word. They report what
+// happened to the data, or a per-sequence argument error that only the device could see.
+enum Flag : uint32_t {
+  kFlagNonFinite = 1u << 0,     // a NaN or +-Inf input was sanitised (NaN -> 0, Inf -> +-65504)
+  kFlagSaturated = 1u << 1,     // a finite input beyond the fp16 range was saturated to +-65504
+  kFlagBadSequence = 1u << 2,   // a sequence's lengths/pages were invalid on the device; that sequence was left untouched
+};
+
+KVQ_NAMESPACE_END

@@ -1,0 +1,57 @@
+// kvq/reference/dequantize.hpp - host reference: a sequence's cache back in the model dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "kvq/cache/view.hpp"
+#include "kvq/cache/window.hpp"
+#include "kvq/core/status.hpp"
+#include "kvq/quant/element_decode.hpp"
+
+KVQ_NAMESPACE_BEGIN
+namespace reference {
+
+// Value (fp32) of token t, head h, channel c of the K (R = kKey) or V cache of sequence b, for a
+// cache holding `cold` cold tokens: dequantized below `cold`, the ring row above.
+template <class Cfg, Role R>
+float cached_value(const CacheView<typename Cfg::dtype>& v, int b, int64_t cold, int64_t t, int h, int c) {
+  constexpr int D = Cfg::head_dim, P = Cfg::page;
+  if (t < cold) {
+    const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + t / P];
+    const uint8_t* rec = v.cold + record_offset(page, h, v.num_kv_heads, Cfg::record_bytes);
+    return decode_record_element<Cfg, R>(rec, int(t % P), c);
+  }
+  const int window = v.residual + P;
+  const auto* ring = R == Role::kKey ? v.hot_k : v.hot_v;
+  return ring[hot_offset(v.hot_slot[b], ring_row(t, window), h, window, v.num_kv_heads, D) + c].to_float();
+}
+
+// k_out, v_out: [len][num_kv_heads][head_dim] in the model dtype (cold tokens rounded to it).
+template <class Cfg>
+Status dequantize_sequence(const CacheView<typename Cfg::dtype>& v, int b, int64_t len, int64_t cold,
+                           typename Cfg::dtype* k_out, typename Cfg::dtype* v_out) {
+  using T = typename Cfg::dtype;
+  constexpr int D = Cfg::head_dim, P = Cfg::page;
+  Status st = check_view(v, P);
+  if (st != Status::kSuccess) return st;
+  if (!k_out || !v_out) return Status::kNullPointer;
+  st = check_lengths(len, cold, 0, v.residual, P, v.max_pages_per_seq);
+  if (st != Status::kSuccess) return st;
+  const int32_t slot = v.hot_slot[b];
+  if (slot < 0 || slot >= v.num_slots) return Status::kInvalidHotSlot;
+  for (int64_t p = 0; p < cold / P; ++p) {
+    const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
+    if (page < 0 || page >= v.num_pages) return Status::kInvalidPageId;
+  }
+  for (int64_t t = 0; t < len; ++t)
+    for (int h = 0; h < v.num_kv_heads; ++h)
+      for (int c = 0; c < D; ++c) {
+        const size_t o = (size_t(t) * v.num_kv_heads + h) * D + c;
+        k_out[o] = T::from_float(cached_value<Cfg, Role::kKey>(v, b, cold, t, h, c));
+        v_out[o] = T::from_float(cached_value<Cfg, Role::kValue>(v, b, cold, t, h, c));
+      }
+  return Status::kSuccess;
+}
+
+}  // namespace reference
+KVQ_NAMESPACE_END
