@@ -14,6 +14,15 @@
 #define KVQ_DEVICE inline
 #endif
 
+// Placed before a __host__ __device__ template that calls a caller-supplied functor: the functor
+// may be host-only (the host reference) or device-only (a kernel); each instantiation only runs
+// where its functor can (the same idiom CCCL uses).
+#if defined(__CUDACC__)
+#define KVQ_EXEC_CHECK_DISABLE _Pragma("nv_exec_check_disable")
+#else
+#define KVQ_EXEC_CHECK_DISABLE
+#endif
+
 // Unrolling hint that host compilers do not warn about.
 #if defined(__CUDA_ARCH__)
 #define KVQ_UNROLL _Pragma("unroll")

@@ -11,6 +11,7 @@
 
 KVQ_NAMESPACE_BEGIN
 
+KVQ_EXEC_CHECK_DISABLE
 template <int Bits, class Get, class Put>
 KVQ_HD AsymParams encode_asym_group(int n, Get&& get, Put&& put, uint32_t& flags) {
   float lo = sanitize(get(0), flags);
@@ -29,6 +30,7 @@ KVQ_HD AsymParams encode_asym_group(int n, Get&& get, Put&& put, uint32_t& flags
 }
 
 // Returns the fp32 scale stored for the group.
+KVQ_EXEC_CHECK_DISABLE
 template <class Get, class Put>
 KVQ_HD float encode_int8_group(int n, Get&& get, Put&& put, uint32_t& flags) {
   float absmax = 0.0f;

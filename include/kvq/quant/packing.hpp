@@ -56,6 +56,7 @@ KVQ_HD TokenChannel slot_element(Role role, int word, int j) {
 }
 
 // Builds packed word `word` of a section from its codes; code_at(t, c) returns a code < 2^Bits.
+KVQ_EXEC_CHECK_DISABLE
 template <int Bits, int D, class CodeAt>
 KVQ_HD uint32_t pack_word(Role role, int word, CodeAt&& code_at) {
   uint32_t w = 0;

@@ -14,9 +14,21 @@
 
 KVQ_NAMESPACE_BEGIN
 
+namespace detail {
+// Channel c of tokens [t0, t0 + n) of a page: one key group, read through the caller's row().
+template <class Row>
+struct KeyColumn {
+  Row& row;
+  int t0, c;
+  KVQ_EXEC_CHECK_DISABLE
+  KVQ_HD float operator()(int k) const { return row(t0 + k)[c].to_float(); }
+};
+}  // namespace detail
+
 // row(t) -> const T* : the D raw model values of token t of the page (t in [0, P)).
 // codes/params: the section's two parts inside the record (record_layout.hpp).
 // scratch: P*D bytes of per-thread-group scratch (shared memory on the device).
+KVQ_EXEC_CHECK_DISABLE
 template <class Q, Role R, int D, int P, class T, class Row, class Sync>
 KVQ_HD void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t* scratch, int tid,
                            int nthreads, Sync&& sync, uint32_t& flags) {
@@ -39,7 +51,7 @@ KVQ_HD void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t* 
       for (int i = tid; i < (P / G) * D; i += nthreads) {
         const int g = i / D, c = i % D;
         const AsymParams p = encode_asym_group<Q::bits>(
-            G, [&](int k) { return row(g * G + k)[c].to_float(); },
+            G, detail::KeyColumn<Row>{row, g * G, c},
             [&](int k, uint32_t code) { scratch[(g * G + k) * D + c] = uint8_t(code); }, flags);
         p16[(2 * g) * D + c] = p.scale;
         p16[(2 * g + 1) * D + c] = p.zero;
@@ -67,6 +79,7 @@ KVQ_HD void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t* 
 }
 
 // Encode a whole record: K section then V section. row_k(t), row_v(t) as in encode_section.
+KVQ_EXEC_CHECK_DISABLE
 template <class Cfg, class RowK, class RowV, class Sync>
 KVQ_HD void encode_record(RowK&& row_k, RowV&& row_v, uint8_t* record, uint8_t* scratch, int tid,
                           int nthreads, Sync&& sync, uint32_t& flags) {

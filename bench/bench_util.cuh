@@ -1,0 +1,76 @@
+// Benchmark plumbing shared by kvq's Google Benchmark binaries: CUDA-event timing, an L2 flush
+// between iterations, and the device read+write bandwidth measured by a copy kernel in the same
+// run (every "% of bandwidth" figure is relative to it, never to a datasheet number).
+#pragma once
+
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace kvq_bench {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Overwrites a buffer larger than L2 so no iteration starts with its inputs cached.
+class L2Flusher {
+ public:
+  L2Flusher() {
+    int dev = 0, l2 = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev), "L2 size");
+    bytes_ = size_t(l2) * 4;
+    check(cudaMalloc(&buf_, bytes_), "flush buffer");
+  }
+  ~L2Flusher() { cudaFree(buf_); }
+  void flush(cudaStream_t s = nullptr) { check(cudaMemsetAsync(buf_, int(++tick_ & 0xff), bytes_, s), "flush"); }
+
+ private:
+  void* buf_ = nullptr;
+  size_t bytes_ = 0;
+  unsigned tick_ = 0;
+};
+
+// Times fn() with CUDA events after an L2 flush; returns milliseconds.
+template <class F>
+float time_once(L2Flusher& flusher, F&& fn) {
+  static cudaEvent_t start = nullptr, stop = nullptr;
+  if (!start) {
+    check(cudaEventCreate(&start), "event");
+    check(cudaEventCreate(&stop), "event");
+  }
+  flusher.flush();
+  check(cudaEventRecord(start), "record");
+  fn();
+  check(cudaEventRecord(stop), "record");
+  check(cudaEventSynchronize(stop), "sync");
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+  return ms;
+}
+
+// Device bandwidth (bytes read + written per second) of a plain copy kernel with four 16-byte
+// loads in flight per thread, over 2 GiB, median of 20 runs. Measured once per process.
+double copy_bandwidth_gbps();
+
+// Runs fn under Google Benchmark with manual time; sets bytes / GB/s / % of copy bandwidth.
+template <class F>
+void run_timed(benchmark::State& state, double bytes, F&& fn) {
+  static L2Flusher flusher;
+  for (int i = 0; i < 3; ++i) fn();  // warm-up
+  check(cudaDeviceSynchronize(), "warm-up");
+  for (auto _ : state) state.SetIterationTime(double(time_once(flusher, fn)) * 1e-3);
+  const double bw = copy_bandwidth_gbps();
+  state.counters["bytes"] = bytes;
+  state.counters["GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["copy_GBps"] = bw;
+}
+
+}  // namespace kvq_bench

@@ -1,0 +1,20 @@
+# Install kvq from the build tree into a fresh prefix, then configure, build and run a consumer
+# project that only knows find_package(kvq).
+file(REMOVE_RECURSE ${WORK})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${KVQ_BUILD} --prefix ${WORK}/prefix RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "install failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${KVQ_SOURCE}/tests/consume -B ${WORK}/build
+                        -DCMAKE_PREFIX_PATH=${WORK}/prefix RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "consumer configure failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/build RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "consumer build failed: ${rc}")
+endif()
+execute_process(COMMAND ${WORK}/build/consumer RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "consumer run failed: ${rc}")
+endif()
