@@ -8,7 +8,8 @@
 //
 // The definition is in append_impl.cuh; instantiate it once per configuration in a .cu file:
 //   #include <kvq/append/append_impl.cuh>
-//   KVQ_INSTANTIATE_APPEND(MyConfig);
+//   using MyConfig = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>;
+//   KVQ_INSTANTIATE_APPEND(MyConfig);   // takes an alias: the macro argument cannot hold commas
 // A configuration never instantiated is a link error, never a silent fallback.
 #pragma once
 

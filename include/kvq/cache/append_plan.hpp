@@ -24,6 +24,8 @@ struct AppendBatch {
   const T* new_v = nullptr;
   int32_t* cold_out = nullptr;     // optional [batch]: the cold length after the append
 };
+// The GPU append reads and writes 16 bytes at a time: cold, hot_k, hot_v, new_k and new_v must be
+// 16-byte aligned (a slice of a packed QKV buffer may need a copy); the launcher checks it.
 
 // One sequence's append, resolved from lengths.
 struct SeqAppend {
@@ -44,7 +46,7 @@ KVQ_HD SeqAppend plan_sequence(const CacheView<T>& v, const AppendBatch<T>& a, i
   const int64_t n = int64_t(a.cu_new[b + 1]) - a.cu_new[b];
   s.len_new = s.len_old + n;
   s.slot = v.hot_slot[b];
-  s.status = n > max_new ? Status::kInvalidShape
+  s.status = n > max_new || a.cu_new[0] != 0 ? Status::kInvalidShape
                          : check_lengths(s.len_old, s.cold_old, n, v.residual, page, v.max_pages_per_seq);
   if (s.status != Status::kSuccess) return s;
   if (s.slot < 0 || s.slot >= v.num_slots) {

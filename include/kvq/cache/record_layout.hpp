@@ -1,6 +1,6 @@
 // kvq/cache/record_layout.hpp - byte layout of one cold record (one page x one KV head).
 //
-// A record holds everything needed to dequantize it (docs/FORMAT.md section 2):
+// A record holds everything needed to dequantize it (docs/FORMAT.md section 4):
 //
 //   offset k_codes : K codes      (P x D codes of the K format)
 //   offset k_params: K parameters (scales/zeros of the K format; empty for "none")

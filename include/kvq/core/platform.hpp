@@ -26,8 +26,10 @@
 // Unrolling hint that host compilers do not warn about.
 #if defined(__CUDA_ARCH__)
 #define KVQ_UNROLL _Pragma("unroll")
+#define KVQ_UNROLL8 _Pragma("unroll 8")
 #else
 #define KVQ_UNROLL
+#define KVQ_UNROLL8
 #endif
 
 // Kernels get hidden visibility so that a shared library instantiating them exports nothing.

@@ -14,6 +14,7 @@ struct bf16 {
   uint16_t bits;
   static constexpr const char* name() { return "bf16"; }
   KVQ_HD static bf16 from_float(float f) { return bf16{f32_to_bf16_bits(f)}; }
+  KVQ_HD static bf16 from_float_saturate(float f) { return from_float(f); }  // dequantized values are within bf16 range
   KVQ_HD float to_float() const { return bf16_bits_to_f32(bits); }
 };
 
@@ -21,6 +22,12 @@ struct fp16 {
   uint16_t bits;
   static constexpr const char* name() { return "fp16"; }
   KVQ_HD static fp16 from_float(float f) { return fp16{f32_to_f16_bits(f)}; }
+  // For dequantized values: a group spanning the whole fp16 range can reconstruct its top code
+  // just past 65504; finite values beyond the range saturate instead of becoming Inf.
+  KVQ_HD static fp16 from_float_saturate(float f) {
+    const uint32_t x = f32_bits(f), ax = x & 0x7fffffffu;
+    return ax > 0x477fe000u && ax < 0x7f800000u ? fp16{uint16_t((x >> 16 & 0x8000u) | 0x7bffu)} : from_float(f);
+  }
   KVQ_HD float to_float() const { return f16_bits_to_f32(bits); }
 };
 

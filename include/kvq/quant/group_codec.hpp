@@ -12,10 +12,12 @@
 KVQ_NAMESPACE_BEGIN
 
 KVQ_EXEC_CHECK_DISABLE
+// Loops are unrolled by 8 on the device so a thread has 8 independent loads of its group in flight.
 template <int Bits, class Get, class Put>
 KVQ_HD AsymParams encode_asym_group(int n, Get&& get, Put&& put, uint32_t& flags) {
   float lo = sanitize(get(0), flags);
   float hi = lo;
+  KVQ_UNROLL8
   for (int i = 1; i < n; ++i) {
     const float x = sanitize(get(i), flags);
     lo = fminf(lo, x);
@@ -25,6 +27,7 @@ KVQ_HD AsymParams encode_asym_group(int n, Get&& get, Put&& put, uint32_t& flags
   const float zero = f16_bits_to_f32(p.zero);
   const float scale = f16_bits_to_f32(p.scale);
   uint32_t ignored = 0;
+  KVQ_UNROLL8
   for (int i = 0; i < n; ++i) put(i, asym_encode<Bits>(sanitize(get(i), ignored), zero, scale));
   return p;
 }
@@ -34,9 +37,11 @@ KVQ_EXEC_CHECK_DISABLE
 template <class Get, class Put>
 KVQ_HD float encode_int8_group(int n, Get&& get, Put&& put, uint32_t& flags) {
   float absmax = 0.0f;
+  KVQ_UNROLL8
   for (int i = 0; i < n; ++i) absmax = fmaxf(absmax, fabsf(sanitize(get(i), flags)));
   const float scale = int8_scale(absmax);
   uint32_t ignored = 0;
+  KVQ_UNROLL8
   for (int i = 0; i < n; ++i) put(i, int8_encode(sanitize(get(i), ignored), scale));
   return scale;
 }

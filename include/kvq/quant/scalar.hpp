@@ -10,6 +10,11 @@
 #include "kvq/core/status.hpp"
 #include "kvq/numeric/bits.hpp"
 
+// The host side computes the same bytes as the device only under IEEE float semantics.
+#if defined(__FAST_MATH__) && !defined(__CUDA_ARCH__)
+#error "kvq's host code needs IEEE float semantics: compile it without -ffast-math"
+#endif
+
 KVQ_NAMESPACE_BEGIN
 
 constexpr float kF16Max = 65504.0f;
@@ -50,6 +55,7 @@ struct AsymParams {
 // A constant group stores scale 0.
 template <int Bits>
 KVQ_HD AsymParams asym_params(float lo, float hi) {
+  if ((f32_bits(lo) & 0x7fffffffu) == 0u) lo = 0.0f;  // -0 and +0 store the same zero point
   AsymParams p;
   p.zero = f32_to_f16_bits(lo);
   p.scale = (hi == lo) ? uint16_t(0) : f32_to_f16_bits(div_rn(hi - lo, float((1 << Bits) - 1)));

@@ -24,7 +24,6 @@ Status plan_append(const CacheView<typename Cfg::dtype>& v, const AppendBatch<ty
   Status st = check_view(v, Cfg::page);
   if (st == Status::kSuccess) st = check_append_args(a);
   if (st != Status::kSuccess) return st;
-  if (a.cu_new[0] != 0) return Status::kInvalidShape;
   plans.resize(size_t(a.batch));
   std::vector<int32_t> slots;
   for (int b = 0; b < a.batch; ++b) {

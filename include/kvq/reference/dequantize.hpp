@@ -47,8 +47,8 @@ Status dequantize_sequence(const CacheView<typename Cfg::dtype>& v, int b, int64
     for (int h = 0; h < v.num_kv_heads; ++h)
       for (int c = 0; c < D; ++c) {
         const size_t o = (size_t(t) * v.num_kv_heads + h) * D + c;
-        k_out[o] = T::from_float(cached_value<Cfg, Role::kKey>(v, b, cold, t, h, c));
-        v_out[o] = T::from_float(cached_value<Cfg, Role::kValue>(v, b, cold, t, h, c));
+        k_out[o] = T::from_float_saturate(cached_value<Cfg, Role::kKey>(v, b, cold, t, h, c));
+        v_out[o] = T::from_float_saturate(cached_value<Cfg, Role::kValue>(v, b, cold, t, h, c));
       }
   return Status::kSuccess;
 }

@@ -15,9 +15,10 @@ template <class Cfg>
 class HostCache {
  public:
   using T = typename Cfg::dtype;
+  static constexpr uint8_t kPoolFill = 0xA5;  // what a fresh pool holds (never a valid page by accident)
 
   HostCache(int num_kv_heads, int64_t num_pages, int num_slots, int residual, int max_pages_per_seq, int batch)
-      : cold(size_t(num_pages) * size_t(num_kv_heads) * Cfg::record_bytes, uint8_t(0xA5)),
+      : cold(size_t(num_pages) * size_t(num_kv_heads) * Cfg::record_bytes, kPoolFill),
         hot_k(size_t(num_slots) * size_t(residual + Cfg::page) * size_t(num_kv_heads) * Cfg::head_dim),
         hot_v(hot_k.size()),
         block_table(size_t(batch) * size_t(max_pages_per_seq), -1),

@@ -1,0 +1,4 @@
+// The append kernel for one configuration of engine::Instances (kvq_instances.hpp), compiled by nvcc.
+#include <kvq/append/append_impl.cuh>
+#include "kvq_instances.hpp"
+KVQ_INSTANTIATE_APPEND(engine::Bf16D128P64K4V2);

@@ -1,0 +1,66 @@
+// examples/engine_instance/kvq_instances.hpp - the engine's light kvq header.
+//
+// What the rest of an engine includes to use kvq's GPU append: its cache configurations as
+// aliases, the list of exactly those compiled into kvq_engine_instance (one .cu each), and one
+// type-erased entry point that maps a runtime ConfigKey to them. No CUDA header is included here,
+// so any host translation unit of the engine (scheduler, model loader, ...) can include it.
+//
+//   bf16_d128_p64_none.cu  KVQ_INSTANTIATE_APPEND(engine::Bf16D128P64None);
+//   bf16_d128_p64_int2.cu  KVQ_INSTANTIATE_APPEND(engine::Bf16D128P64Int2);
+//   bf16_d128_p64_k4v2.cu  KVQ_INSTANTIATE_APPEND(engine::Bf16D128P64K4V2);
+//   engine_append.cpp      engine_append(): kvq::dispatch over engine::Instances (host compiler)
+//
+// Adding a configuration: an alias here, an entry in Instances, a one-line .cu. An alias is
+// required anyway: KVQ_INSTANTIATE_APPEND is a macro and CacheConfig<...> has commas.
+#pragma once
+
+#include <cstdint>
+
+#include <kvq/append/append.hpp>  // kvq::append<Cfg> (declaration), CacheConfig, ConfigKey, cudaStream_t
+#include <kvq/dispatch/dispatch.hpp>
+
+namespace engine {
+
+// ---- the configurations this engine compiles --------------------------------------------------
+using Bf16D128P64None = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::NoQuant, kvq::NoQuant>;
+using Bf16D128P64Int2 = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>;
+using Bf16D128P64K4V2 = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int4<32>, kvq::Int2<32>>;  // INT4 keys, INT2 values
+
+// Exactly the configurations with a KVQ_INSTANTIATE_APPEND in this directory. A configuration
+// listed here but not instantiated is a link error; one instantiated but not listed is unreachable.
+using Instances = kvq::ConfigList<Bf16D128P64None, Bf16D128P64Int2, Bf16D128P64K4V2>;
+
+// ---- type-erased arguments: what an engine keeps when the dtype is a runtime value ------------
+// Same fields and meaning as kvq::CacheView<T> / kvq::AppendBatch<T> (kvq/cache/view.hpp,
+// kvq/cache/append_plan.hpp), with the model-dtype pointers as void*. Device memory.
+struct LayerCache {
+  void* cold = nullptr;        // [num_pages][num_kv_heads][record_bytes], 16-byte aligned
+  int64_t num_pages = 0;
+  void* hot_k = nullptr;       // [num_slots][residual + page][num_kv_heads][head_dim] of the model dtype
+  void* hot_v = nullptr;
+  int32_t num_slots = 0;
+  int32_t residual = 0;        // R, a multiple of the page size
+  int32_t num_kv_heads = 0;
+  const int32_t* block_table = nullptr;  // [batch][max_pages_per_seq]
+  int32_t max_pages_per_seq = 0;
+  const int32_t* hot_slot = nullptr;     // [batch]
+};
+
+struct AppendArgs {
+  int32_t batch = 0;
+  kvq::SeqLengths lengths;            // before the append
+  const int32_t* cu_new = nullptr;    // [batch + 1]
+  const void* new_k = nullptr;        // [cu_new[batch]][num_kv_heads][head_dim] of the model dtype
+  const void* new_v = nullptr;
+  int32_t* cold_out = nullptr;        // optional [batch]
+};
+
+// Whether `key` is one of Instances (ask before building a cache of that format).
+bool engine_supports(const kvq::ConfigKey& key);
+
+// kvq::append<Cfg> for the instantiated configuration whose key is `key`; Status::kNotInstantiated
+// for any other key (nothing falls back to another configuration).
+kvq::Status engine_append(const kvq::ConfigKey& key, const LayerCache& cache, const AppendArgs& args,
+                          int max_new_tokens, uint32_t* flags, cudaStream_t stream);
+
+}  // namespace engine
