@@ -34,6 +34,44 @@ TEST_SUITE("gpu") {
     CHECK(host.cold_len[0] == 256);
   }
 
+  TEST_CASE("append: signed zeros and constant groups give the same bytes on host and device") {
+    auto host = make_host(2, 0, 51);
+    kvq_test::DeviceMirror<Cfg> dev;
+    dev.upload(host);
+    // Keys and values made of +0, -0 and a few +-1: many groups have a minimum of zero reached
+    // by both signs, many are constant.
+    std::mt19937_64 rng(52);
+    const std::vector<int32_t> counts{130, 200};
+    for (int b = 0; b < 2; ++b) REQUIRE(host.reserve(b, counts[size_t(b)]));
+    std::vector<int32_t> cu{0, 130, 330};
+    std::vector<T> k(330 * 256), v(330 * 256);
+    for (auto* data : {&k, &v})
+      for (auto& x : *data) {
+        const unsigned r = unsigned(rng() % 16);
+        x.bits = r < 7 ? 0x0000 : r < 14 ? 0x8000 : r == 14 ? 0x3f80 : 0xbf80;  // +0, -0, 1, -1
+      }
+    for (size_t i = 0; i < 64 * 256; ++i) k[i].bits = (i & 1) ? 0x8000 : 0x0000;  // constant zero groups
+    kvq::AppendBatch<T> a;
+    a.batch = 2;
+    a.lengths = host.lengths();
+    a.cu_new = cu.data();
+    a.new_k = k.data();
+    a.new_v = v.data();
+    REQUIRE(kvq::reference::append<Cfg>(host.view(), a, nullptr) == kvq::Status::kSuccess);
+    dev.upload_tables(host);
+    kvq_test::DeviceBuffer<int32_t> d_cu(cu);
+    kvq_test::DeviceBuffer<T> d_k(k), d_v(v);
+    kvq_test::DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
+    kvq::AppendBatch<T> da = a;
+    da.lengths = kvq::SeqLengths{dev.len.get(), dev.cold_len.get()};
+    da.cu_new = d_cu.get();
+    da.new_k = d_k.get();
+    da.new_v = d_v.get();
+    REQUIRE(kvq::append<Cfg>(dev.view(host), da, 200, d_flags.get(), nullptr) == kvq::Status::kSuccess);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    dev.expect_equal(host, "signed zeros");
+  }
+
   TEST_CASE("append: arguments rejected on the host write nothing") {
     auto host = make_host(2, 64, 21);
     kvq_test::DeviceMirror<Cfg> dev;
