@@ -25,11 +25,14 @@ __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
   constexpr int D = Cfg::head_dim, P = Cfg::page;
   __shared__ alignas(16) uint8_t scratch[P * D];
   __shared__ SeqAppend plan;
+  __shared__ const T* rows_k[P];  // source rows of the page being quantized
+  __shared__ const T* rows_v[P];
   const int item = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
   const int tid = threadIdx.x;
   if (tid == 0) plan = plan_sequence(v, a, b, P, max_new);
   __syncthreads();
-  if (plan.status != Status::kSuccess) {
+  const bool ok = plan.status == Status::kSuccess && new_pages_valid(v, b, plan, P, tid, kAppendThreads);
+  if (!__syncthreads_and(ok)) {
     if (tid == 0 && item == 0 && h == 0) atomicOr(flags, uint32_t(kFlagBadSequence));
     return;
   }
@@ -38,9 +41,14 @@ __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
   uint32_t f = 0;
   auto sync = [] { __syncthreads(); };
   auto encode = [&](int64_t p) {
+    for (int t = tid; t < P; t += kAppendThreads) {
+      rows_k[t] = source_row(v, v.hot_k, a.new_k, plan, p * P + t, h, D, P);
+      rows_v[t] = source_row(v, v.hot_v, a.new_v, plan, p * P + t, h, D, P);
+    }
+    __syncthreads();
     const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
-    auto row_k = [&](int t) { return source_row(v, v.hot_k, a.new_k, plan, p * P + t, h, D, P); };
-    auto row_v = [&](int t) { return source_row(v, v.hot_v, a.new_v, plan, p * P + t, h, D, P); };
+    auto row_k = [&](int t) { return rows_k[t]; };
+    auto row_v = [&](int t) { return rows_v[t]; };
     encode_record<Cfg>(row_k, row_v, v.cold + record_offset(page, h, v.num_kv_heads, Cfg::record_bytes), scratch,
                        tid, kAppendThreads, sync, f);
   };
@@ -49,11 +57,11 @@ __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
     if (p < end && p * P < plan.len_old) encode(p);  // ends with a barrier: reads are done
     // New hot tokens whose ring rows are this item's rows (fewer than W tokens in all).
     constexpr int kVec = 16 / sizeof(T), kVecPerRow = D / kVec;
-    const int64_t lo = plan.len_old > plan.cold_new ? plan.len_old : plan.cold_new;
-    const int64_t count = (plan.len_new - lo) * kVecPerRow;
-    for (int64_t i = tid; i < count; i += kAppendThreads) {
-      const int64_t t = lo + i / kVecPerRow;
-      if ((t / P) % row_pages != item) continue;
+    const int lo = int(plan.len_old > plan.cold_new ? plan.len_old : plan.cold_new);  // lengths are int32
+    const int count = (int(plan.len_new) - lo) * kVecPerRow;  // < W tokens
+    for (int i = tid; i < count; i += kAppendThreads) {
+      const int t = lo + i / kVecPerRow;
+      if (unsigned(t / P) % unsigned(row_pages) != unsigned(item)) continue;
       const int c = int(i % kVecPerRow) * kVec;
       const size_t dst = hot_offset(plan.slot, ring_row(t, window), h, window, v.num_kv_heads, D) + c;
       *reinterpret_cast<uint4*>(v.hot_k + dst) = *reinterpret_cast<const uint4*>(source_row(v, v.hot_k, a.new_k, plan, t, h, D, P) + c);

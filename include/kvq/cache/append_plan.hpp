@@ -35,7 +35,9 @@ struct SeqAppend {
   Status status;
 };
 
-// max_new: the caller's bound on new tokens per sequence (the kernel's grid is sized from it).
+// Checks one sequence's lengths and hot slot and resolves its append. max_new: the caller's bound
+// on new tokens per sequence (the kernel's grid is sized from it). The page ids of the pages that
+// turn cold are checked separately (new_pages_valid), so a kernel can spread that over threads.
 template <class T>
 KVQ_HD SeqAppend plan_sequence(const CacheView<T>& v, const AppendBatch<T>& a, int b, int page,
                                int64_t max_new = INT64_MAX) {
@@ -47,17 +49,21 @@ KVQ_HD SeqAppend plan_sequence(const CacheView<T>& v, const AppendBatch<T>& a, i
   s.len_new = s.len_old + n;
   s.slot = v.hot_slot[b];
   s.status = n > max_new || a.cu_new[0] != 0 ? Status::kInvalidShape
-                         : check_lengths(s.len_old, s.cold_old, n, v.residual, page, v.max_pages_per_seq);
-  if (s.status != Status::kSuccess) return s;
-  if (s.slot < 0 || s.slot >= v.num_slots) {
-    s.status = Status::kInvalidHotSlot;
-    return s;
-  }
-  s.cold_new = cold_after(s.len_new, s.cold_old, v.residual, page);
-  const int32_t* row = v.block_table + int64_t(b) * v.max_pages_per_seq;
-  for (int64_t p = s.cold_old / page; p < s.cold_new / page; ++p)
-    if (row[p] < 0 || row[p] >= v.num_pages) s.status = Status::kInvalidPageId;
+                                             : check_lengths(s.len_old, s.cold_old, n, v.residual, page, v.max_pages_per_seq);
+  if (s.status == Status::kSuccess && (s.slot < 0 || s.slot >= v.num_slots)) s.status = Status::kInvalidHotSlot;
+  if (s.status == Status::kSuccess) s.cold_new = cold_after(s.len_new, s.cold_old, v.residual, page);
   return s;
+}
+
+// Whether the block-table entries of the pages turning cold name pages of the pool. Thread tid of
+// nthreads checks every nthreads-th entry (the host reference passes 0 and 1).
+template <class T>
+KVQ_HD bool new_pages_valid(const CacheView<T>& v, int b, const SeqAppend& s, int page, int tid, int nthreads) {
+  const int32_t* row = v.block_table + int64_t(b) * v.max_pages_per_seq;
+  bool ok = true;
+  for (int64_t p = s.cold_old / page + tid; p < s.cold_new / page; p += nthreads)
+    ok = ok && row[p] >= 0 && row[p] < v.num_pages;
+  return ok;
 }
 
 // Raw row (head_dim values) of token t of the sequence for one head: from the hot ring while

@@ -5,6 +5,7 @@
 // L - C >= R + P, so a page turns cold exactly once, when it leaves the window.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "kvq/core/platform.hpp"
@@ -24,7 +25,10 @@ KVQ_HD_CONSTEXPR int64_t cold_pages_needed(int64_t len, int64_t cold, int64_t nu
   return (cold_after(len + num_new, cold, residual, page) - cold) / page;
 }
 
-KVQ_HD_CONSTEXPR int ring_row(int64_t token, int window) { return static_cast<int>(token % window); }
+// Lengths are int32 (checked by check_lengths), so a 32-bit modulo serves.
+KVQ_HD_CONSTEXPR int ring_row(int64_t token, int window) {
+  return static_cast<int>(static_cast<uint32_t>(token) % static_cast<uint32_t>(window));
+}
 
 // The checks every append and attention entry point applies to one sequence's lengths
 // (host reference and kernels call this same function).
@@ -33,6 +37,7 @@ KVQ_HD_CONSTEXPR int ring_row(int64_t token, int window) { return static_cast<in
 KVQ_HD_CONSTEXPR Status check_lengths(int64_t len, int64_t cold, int64_t num_new, int residual, int page,
                             int64_t max_pages) {
   if (len < 0 || cold < 0 || num_new < 0 || cold > len || cold % page != 0) return Status::kInvalidLength;
+  if (len + num_new > INT32_MAX) return Status::kInvalidLength;
   if (len - cold >= int64_t(residual) + page) return Status::kInvalidLength;  // hot span larger than the window allows
   if (cold_after(len + num_new, cold, residual, page) / page > max_pages) return Status::kBlockTableOverflow;
   return Status::kSuccess;

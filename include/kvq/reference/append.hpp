@@ -29,6 +29,7 @@ Status plan_append(const CacheView<typename Cfg::dtype>& v, const AppendBatch<ty
   for (int b = 0; b < a.batch; ++b) {
     plans[size_t(b)] = plan_sequence(v, a, b, Cfg::page);
     if (plans[size_t(b)].status != Status::kSuccess) return plans[size_t(b)].status;
+    if (!new_pages_valid(v, b, plans[size_t(b)], Cfg::page, 0, 1)) return Status::kInvalidPageId;
     slots.push_back(plans[size_t(b)].slot);
   }
   std::sort(slots.begin(), slots.end());
