@@ -11,24 +11,38 @@
 
 KVQ_NAMESPACE_BEGIN
 
+// Reads a group in batches of kBatch: all loads of a batch are issued before any code is
+// stored, so a device thread has kBatch loads in flight (the caller's put() may write memory the
+// compiler cannot prove distinct from what get() reads).
+constexpr int kGroupBatch = 8;
+
 KVQ_EXEC_CHECK_DISABLE
-// Loops are unrolled by 8 on the device so a thread has 8 independent loads of its group in flight.
+template <class Get, class Body>
+KVQ_HD void for_each_batched(int n, Get&& get, Body&& body) {
+  for (int i0 = 0; i0 < n; i0 += kGroupBatch) {
+    float x[kGroupBatch];
+    KVQ_UNROLL
+    for (int j = 0; j < kGroupBatch; ++j) x[j] = i0 + j < n ? get(i0 + j) : 0.0f;
+    KVQ_UNROLL
+    for (int j = 0; j < kGroupBatch; ++j)
+      if (i0 + j < n) body(i0 + j, x[j]);
+  }
+}
+
+KVQ_EXEC_CHECK_DISABLE
 template <int Bits, class Get, class Put>
 KVQ_HD AsymParams encode_asym_group(int n, Get&& get, Put&& put, uint32_t& flags) {
-  float lo = sanitize(get(0), flags);
-  float hi = lo;
-  KVQ_UNROLL8
-  for (int i = 1; i < n; ++i) {
-    const float x = sanitize(get(i), flags);
+  float lo = kF16Max, hi = -kF16Max;
+  for_each_batched(n, get, [&](int, float v) {
+    const float x = sanitize(v, flags);
     lo = fminf(lo, x);
     hi = fmaxf(hi, x);
-  }
+  });
   const AsymParams p = asym_params<Bits>(lo, hi);
   const float zero = f16_bits_to_f32(p.zero);
   const float scale = f16_bits_to_f32(p.scale);
   uint32_t ignored = 0;
-  KVQ_UNROLL8
-  for (int i = 0; i < n; ++i) put(i, asym_encode<Bits>(sanitize(get(i), ignored), zero, scale));
+  for_each_batched(n, get, [&](int i, float v) { put(i, asym_encode<Bits>(sanitize(v, ignored), zero, scale)); });
   return p;
 }
 
@@ -37,12 +51,10 @@ KVQ_EXEC_CHECK_DISABLE
 template <class Get, class Put>
 KVQ_HD float encode_int8_group(int n, Get&& get, Put&& put, uint32_t& flags) {
   float absmax = 0.0f;
-  KVQ_UNROLL8
-  for (int i = 0; i < n; ++i) absmax = fmaxf(absmax, fabsf(sanitize(get(i), flags)));
+  for_each_batched(n, get, [&](int, float v) { absmax = fmaxf(absmax, fabsf(sanitize(v, flags))); });
   const float scale = int8_scale(absmax);
   uint32_t ignored = 0;
-  KVQ_UNROLL8
-  for (int i = 0; i < n; ++i) put(i, int8_encode(sanitize(get(i), ignored), scale));
+  for_each_batched(n, get, [&](int i, float v) { put(i, int8_encode(sanitize(v, ignored), scale)); });
   return scale;
 }
 

@@ -33,8 +33,17 @@ template <class Q, Role R, int D, int P, class T, class Row, class Sync>
 KVQ_HD void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t* scratch, int tid,
                            int nthreads, Sync&& sync, uint32_t& flags) {
   if constexpr (Q::kind == QuantKind::kNone) {
+    // Copied in 16-byte chunks (rows are 16-byte aligned: D * 2 bytes, see append_plan.hpp).
+    constexpr int kChunk = 16 / sizeof(T);
     T* out = reinterpret_cast<T*>(codes);
-    for (int i = tid; i < P * D; i += nthreads) out[i] = row(i / D)[i % D];
+    for (int i = tid * kChunk; i < P * D; i += nthreads * kChunk) {
+      const T* src = row(i / D) + i % D;
+#if defined(__CUDA_ARCH__)
+      *reinterpret_cast<uint4*>(out + i) = *reinterpret_cast<const uint4*>(src);
+#else
+      for (int j = 0; j < kChunk; ++j) out[i + j] = src[j];
+#endif
+    }
   } else if constexpr (Q::kind == QuantKind::kInt8) {
     int8_t* out = reinterpret_cast<int8_t*>(codes);
     float* scales = reinterpret_cast<float*>(params);

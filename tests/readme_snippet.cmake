@@ -1,0 +1,22 @@
+# Extracts the C++ block between the readme-snippet markers of README.md, compiles it against
+# include/ and runs it: the README's consumer example must keep working.
+file(READ ${KVQ_SOURCE}/README.md readme)
+string(FIND "${readme}" "<!-- readme-snippet-begin -->" begin)
+string(FIND "${readme}" "<!-- readme-snippet-end -->" end)
+if(begin EQUAL -1 OR end EQUAL -1)
+  message(FATAL_ERROR "README.md has no readme-snippet markers")
+endif()
+math(EXPR len "${end} - ${begin}")
+string(SUBSTRING "${readme}" ${begin} ${len} block)
+string(REGEX REPLACE "^[^\n]*\n```cpp\n" "" block "${block}")
+string(REGEX REPLACE "```[ \n]*$" "" block "${block}")
+file(WRITE ${WORK}/readme_snippet.cpp "${block}")
+execute_process(COMMAND ${CXX} -std=c++17 -Wall -Wextra -I${KVQ_SOURCE}/include ${WORK}/readme_snippet.cpp
+                        -o ${WORK}/readme_snippet RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "README snippet does not compile")
+endif()
+execute_process(COMMAND ${WORK}/readme_snippet RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "README snippet exited with ${rc}")
+endif()
