@@ -57,21 +57,18 @@ struct DeviceMirror {
   }
 };
 
-// One append step on host and device; returns false if the host cache ran out of pages.
+// One append step on host and device with the given new rows ([sum counts][heads][D] each);
+// returns false if the host cache ran out of pages.
 template <class Cfg>
-bool step_both(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cfg>& dev, const std::vector<int32_t>& counts,
-               KvGenerator& gen, bool poison, const std::string& where) {
+bool step_both_with(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cfg>& dev, const std::vector<int32_t>& counts,
+                    const std::vector<typename Cfg::dtype>& k, const std::vector<typename Cfg::dtype>& v,
+                    const std::string& where) {
   using T = typename Cfg::dtype;
   const int batch = int(counts.size());
   std::vector<int32_t> cu(size_t(batch) + 1, 0);
   for (int b = 0; b < batch; ++b) {
     cu[size_t(b) + 1] = cu[size_t(b)] + counts[size_t(b)];
     if (!host.reserve(b, counts[size_t(b)])) return false;
-  }
-  std::vector<T> k = gen.keys<T>(cu.back()), v = gen.values<T>(cu.back());
-  if (poison) {
-    gen.poison(k, 3);
-    gen.poison(v, 3);
   }
   dev.upload_tables(host);
   DeviceBuffer<int32_t> d_cu(cu), d_cold_out{static_cast<size_t>(batch)};
@@ -107,7 +104,24 @@ bool step_both(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cfg>& dev, con
   CHECK_MESSAGE(d_flags.download()[0] == host_flags, where << ": flags " << d_flags.download()[0] << " vs host " << host_flags);
   CHECK_MESSAGE(d_cold_out.download() == cold_out, where << ": cold lengths differ");
   for (int b = 0; b < batch; ++b) host.commit(b, counts[size_t(b)]);
+  dev.len.upload(host.len);
+  dev.cold_len.upload(host.cold_len);
   return true;
+}
+
+// The same with fresh random rows (NaN/Inf/out-of-range values planted when `poison`).
+template <class Cfg>
+bool step_both(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cfg>& dev, const std::vector<int32_t>& counts,
+               KvGenerator& gen, bool poison, const std::string& where) {
+  using T = typename Cfg::dtype;
+  int64_t total = 0;
+  for (int32_t c : counts) total += c;
+  std::vector<T> k = gen.keys<T>(total), v = gen.values<T>(total);
+  if (poison) {
+    gen.poison(k, 3);
+    gen.poison(v, 3);
+  }
+  return step_both_with(host, dev, counts, k, v, where);
 }
 
 // A random schedule: per step each sequence gets a prompt-sized chunk, a small chunk, a decode

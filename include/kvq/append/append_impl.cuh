@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "kvq/append/append.hpp"
-#include "kvq/quant/section_codec.hpp"
+#include "kvq/append/page_encoder.cuh"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -23,10 +23,8 @@ __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
     append_kernel(CacheView<typename Cfg::dtype> v, AppendBatch<typename Cfg::dtype> a, int max_new, uint32_t* flags) {
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page;
-  __shared__ alignas(16) uint8_t scratch[P * D];
+  __shared__ PageEncoderSmem<Cfg> sm;
   __shared__ SeqAppend plan;
-  __shared__ const T* rows_k[P];  // source rows of the page being quantized
-  __shared__ const T* rows_v[P];
   const int item = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
   const int tid = threadIdx.x;
   if (tid == 0) plan = plan_sequence(v, a, b, P, max_new);
@@ -39,18 +37,10 @@ __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
   const int window = v.residual + P, row_pages = window / P;
   const int64_t first = plan.cold_old / P, end = plan.cold_new / P;
   uint32_t f = 0;
-  auto sync = [] { __syncthreads(); };
   auto encode = [&](int64_t p) {
-    for (int t = tid; t < P; t += kAppendThreads) {
-      rows_k[t] = source_row(v, v.hot_k, a.new_k, plan, p * P + t, h, D, P);
-      rows_v[t] = source_row(v, v.hot_v, a.new_v, plan, p * P + t, h, D, P);
-    }
-    __syncthreads();
     const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
-    auto row_k = [&](int t) { return rows_k[t]; };
-    auto row_v = [&](int t) { return rows_v[t]; };
-    encode_record<Cfg>(row_k, row_v, v.cold + record_offset(page, h, v.num_kv_heads, Cfg::record_bytes), scratch,
-                       tid, kAppendThreads, sync, f);
+    encode_page_block<Cfg>(v, a.new_k, a.new_v, plan, p, h, v.cold + record_offset(page, h, v.num_kv_heads, Cfg::record_bytes),
+                           sm, f);
   };
   if (item < row_pages) {
     const int64_t p = first + ((item - first % row_pages) + row_pages) % row_pages;

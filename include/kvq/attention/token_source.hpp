@@ -1,0 +1,93 @@
+// kvq/attention/token_source.hpp - where the attention reads token t's K and V from, per the
+// contract of attention/batch.hpp. Shared by every attention kernel.
+//
+//   t <  min(cold, len)              a cold record of the pool (dequantized)
+//   cold <= t < min(target, len)     a page turning cold in this step: a record quantized on the
+//                                    fly into the caller's transition area (same code as append)
+//   max(cold, target) <= t < len     a hot ring row
+//   len <= t                         the new tokens' fresh K/V
+#pragma once
+
+#include <cstdint>
+
+#include "kvq/attention/batch.hpp"
+#include "kvq/cache/append_plan.hpp"
+#include "kvq/cache/view.hpp"
+#include "kvq/cache/window.hpp"
+
+KVQ_NAMESPACE_BEGIN
+
+// One sequence of an attention call, resolved from its lengths.
+struct SeqAttention {
+  int64_t len;     // prefix length
+  int64_t cold;    // cold tokens in the pool now
+  int64_t target;  // cold length after this step's append
+  int64_t q0;      // first row of the sequence in q / new_k / new_v
+  int32_t q_len;
+  int32_t slot;
+  Status status;
+};
+
+template <class T>
+KVQ_HD SeqAttention resolve_attention(const CacheView<T>& v, const AttentionBatch<T>& a, int b, int page) {
+  SeqAttention s{};
+  s.len = a.lengths.len[b];
+  s.cold = a.lengths.cold[b];
+  s.q0 = a.cu_q[b];
+  s.q_len = int32_t(a.cu_q[b + 1] - a.cu_q[b]);
+  s.slot = v.hot_slot[b];
+  s.status = check_attention_lengths(s.len, s.cold, s.q_len, v.residual, page, v.max_pages_per_seq);
+  if (s.status == Status::kSuccess && (s.slot < 0 || s.slot >= v.num_slots)) s.status = Status::kInvalidHotSlot;
+  if (s.status == Status::kSuccess) s.target = cold_after(s.len + s.q_len, s.cold, v.residual, page);
+  return s;
+}
+
+// The same sequence seen as an append of its q_len new tokens (for quantizing transition pages
+// with the append's own code).
+KVQ_HD SeqAppend as_append(const SeqAttention& s) {
+  SeqAppend p{};
+  p.len_old = s.len;
+  p.cold_old = s.cold;
+  p.len_new = s.len + s.q_len;
+  p.cold_new = s.target;
+  p.new_begin = s.q0;
+  p.slot = s.slot;
+  p.status = s.status;
+  return p;
+}
+
+// Pages turning cold in this step that hold prefix tokens: [cold/P, end) with
+KVQ_HD int64_t transition_pages_end(const SeqAttention& s, int page) {
+  const int64_t by_len = (s.len + page - 1) / page;
+  const int64_t by_target = s.target / page;
+  return by_len < by_target ? by_len : by_target;
+}
+
+// Token t as the attention reads it: either a record (quantized) or raw rows.
+template <class T>
+struct TokenRef {
+  const uint8_t* record;  // non-null: dequantize row t_in_page of this record
+  int t_in_page;
+  const T* k;             // else: raw rows
+  const T* v;
+};
+
+// transition: records of this sequence's transition pages, [page - cold/P][num_kv_heads][record].
+template <class T>
+KVQ_HD TokenRef<T> token_ref(const CacheView<T>& v, const AttentionBatch<T>& a, int b, int h, const SeqAttention& s,
+                             int64_t t, int page, int head_dim, size_t record_bytes, const uint8_t* transition) {
+  TokenRef<T> r{nullptr, int(t % page), nullptr, nullptr};
+  if (t < s.cold && t < s.len) {
+    const int32_t id = v.block_table[int64_t(b) * v.max_pages_per_seq + t / page];
+    r.record = v.cold + record_offset(id, h, v.num_kv_heads, record_bytes);
+  } else if (t < s.target && t < s.len) {
+    r.record = transition + record_offset(t / page - s.cold / page, h, v.num_kv_heads, record_bytes);
+  } else {
+    const SeqAppend p = as_append(s);
+    r.k = source_row(v, v.hot_k, a.new_k, p, t, h, head_dim, page);
+    r.v = source_row(v, v.hot_v, a.new_v, p, t, h, head_dim, page);
+  }
+  return r;
+}
+
+KVQ_NAMESPACE_END

@@ -1,0 +1,33 @@
+// kvq/decode/decode.hpp - declaration of the GPU decode attention (light: no CUDA headers).
+//
+//   kvq::plan_decode(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, &plan)   host, once
+//   kvq::decode<Cfg>(cache, batch, plan, workspace, bytes, out, flags, stream)      device, every step
+//
+// Computes the attention contract of kvq/attention/batch.hpp for q_len 1..16 new tokens per
+// sequence (decode and speculative decoding) with split-KV over the prefix. The whole GQA group
+// of a KV head (times the new tokens, up to kDecodeRowsPerCta rows) shares each K/V read.
+// No host synchronisation, no allocation: capturable in a CUDA graph and replayable with any
+// lengths within the plan's bounds.
+//
+// Definitions in decode_impl.cuh; instantiate per configuration: KVQ_INSTANTIATE_DECODE(Cfg).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvq/attention/batch.hpp"
+#include "kvq/cache/config.hpp"
+#include "kvq/core/cuda_fwd.hpp"
+#include "kvq/decode/plan.hpp"
+
+KVQ_NAMESPACE_BEGIN
+
+// cache, batch, workspace, out, flags: device memory. out: [cu_q[batch]][num_q_heads][head_dim]
+// of the model dtype. A sequence whose lengths, slot or pages are invalid on the device (or which
+// exceeds the plan) is skipped: its outputs are not written and kFlagBadSequence is set.
+template <class Cfg>
+Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
+              const DecodePlan& plan, void* workspace, size_t workspace_bytes, typename Cfg::dtype* out,
+              uint32_t* flags, cudaStream_t stream);
+
+KVQ_NAMESPACE_END

@@ -1,0 +1,86 @@
+// kvq/decode/plan.hpp - the host-side plan of a decode attention call (no CUDA needed).
+//
+// plan_decode() runs once per batch shape: from upper bounds on the batch (sequences, longest
+// sequence, longest q_len, total query tokens) it picks the split-KV size and reports the
+// workspace the caller must provide. The run step (kvq::decode) then reads the actual lengths
+// from device memory, so one plan (and one captured CUDA graph) serves every batch within the
+// planned bounds.
+#pragma once
+
+#include <cstddef>
+#include <climits>
+#include <cstdint>
+
+#include "kvq/cache/record_layout.hpp"
+#include "kvq/core/status.hpp"
+
+KVQ_NAMESPACE_BEGIN
+
+constexpr int kDecodeMaxQLen = 16;    // speculative decoding: up to 16 new tokens per sequence
+constexpr int kDecodeRowsPerCta = 8;  // query rows (GQA heads x new tokens) one CTA carries
+
+struct DecodeShape {
+  int32_t batch;          // sequences (upper bound)
+  int32_t num_q_heads;
+  int32_t num_kv_heads;
+  int32_t residual;       // R of the cache
+  int64_t max_tokens;     // upper bound of len + q_len over the batch
+  int32_t max_q_len;      // 1 .. kDecodeMaxQLen
+  int64_t total_q;        // upper bound of the sum of q_len (rows of q)
+  int32_t num_sms;        // multiprocessors of the GPU (cudaDevAttrMultiProcessorCount)
+};
+
+// Workspace layout (all offsets 256-byte aligned, sizes in bytes):
+//   transition records [batch][R/P + 1][num_kv_heads][record_bytes]   pages turning cold this step
+//   partial outputs    [splits][total_q][num_q_heads][head_dim] fp32  unnormalised
+//   partial max/sum    [splits][total_q][num_q_heads][2] fp32
+//   sequence status    [batch] int32
+struct DecodePlan {
+  DecodeShape shape;
+  int32_t head_dim, page;
+  size_t record_bytes;
+  int32_t split_tokens;      // tokens per split (a multiple of the page)
+  int32_t max_splits;        // splits of the longest sequence
+  int32_t transition_pages;  // R/P + 1
+  size_t transition_offset, partial_offset, stats_offset, status_offset, workspace_bytes;
+};
+
+constexpr size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+
+// kv_work_target: CTAs the split aims for (a few per multiprocessor keeps every SM streaming).
+inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t record_bytes, DecodePlan* plan,
+                          int ctas_per_sm = 4) {
+  if (!plan) return Status::kNullPointer;
+  if (s.batch < 0 || s.num_kv_heads <= 0 || s.num_q_heads <= 0 || s.num_q_heads % s.num_kv_heads != 0 ||
+      s.max_tokens < 0 || s.max_q_len < 1 || s.max_q_len > kDecodeMaxQLen || s.total_q < 0 || s.num_sms <= 0 ||
+      s.total_q > int64_t(s.batch) * s.max_q_len || s.max_tokens > INT32_MAX)
+    return Status::kInvalidShape;
+  if (s.residual < 0 || page <= 0 || s.residual % page != 0) return Status::kConfigMismatch;
+  DecodePlan p{};
+  p.shape = s;
+  p.head_dim = head_dim;
+  p.page = page;
+  p.record_bytes = record_bytes;
+  const int group = s.num_q_heads / s.num_kv_heads;
+  const int64_t row_tiles = (int64_t(group) * s.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
+  const int64_t ctas_without_split = int64_t(s.batch > 0 ? s.batch : 1) * s.num_kv_heads * row_tiles;
+  const int64_t pages = (s.max_tokens + page - 1) / page;
+  int64_t splits = (int64_t(s.num_sms) * ctas_per_sm + ctas_without_split - 1) / ctas_without_split;
+  if (splits > pages) splits = pages;
+  if (splits < 1) splits = 1;
+  p.split_tokens = int32_t(((pages + splits - 1) / splits) * page);
+  if (p.split_tokens == 0) p.split_tokens = page;
+  p.max_splits = int32_t((s.max_tokens + p.split_tokens - 1) / p.split_tokens);
+  if (p.max_splits < 1) p.max_splits = 1;
+  p.transition_pages = s.residual / page + 1;
+  const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
+  p.transition_offset = 0;
+  p.partial_offset = align256(size_t(s.batch) * p.transition_pages * s.num_kv_heads * record_bytes);
+  p.stats_offset = p.partial_offset + align256(size_t(p.max_splits) * rows * head_dim * 4);
+  p.status_offset = p.stats_offset + align256(size_t(p.max_splits) * rows * 2 * 4);
+  p.workspace_bytes = p.status_offset + align256(size_t(s.batch) * 4);
+  *plan = p;
+  return Status::kSuccess;
+}
+
+KVQ_NAMESPACE_END
