@@ -10,6 +10,10 @@
 // `lengths.cold` is the cold length the cache holds now, so the step's append may run before
 // (cold = C*) or after (cold = C_old; the pages turning cold are quantized on the fly, with the
 // same code) and the result is the same bits either way.
+// Consequence to know: a page that turns cold in this step and holds both prefix tokens and new
+// tokens is quantized with group statistics that include those new tokens, so when q_len > R a
+// query's view of such prefix tokens depends (through a scale and zero point) on new tokens after
+// it. Decode (q_len <= R + 1) never sees a later token this way.
 #pragma once
 
 #include <cstdint>

@@ -68,9 +68,11 @@ constexpr int64_t sequences_that_fit(uint64_t budget, int64_t len, const ModelSh
 }
 
 // The longest length each of `num_seqs` sequences can reach within `budget` bytes (0 if not even
-// the hot rings fit): with n cold pages a sequence holds up to n*P + R + P - 1 tokens.
+// the hot rings fit, or num_seqs <= 0): with n cold pages a sequence holds up to n*P + R + P - 1
+// tokens.
 constexpr int64_t tokens_that_fit(uint64_t budget, int64_t num_seqs, const ModelShape& m, const CacheFormat& f,
                                   int dtype_bytes = 2) {
+  if (num_seqs <= 0) return 0;
   const uint64_t per_seq = budget / uint64_t(num_seqs);
   const uint64_t hot = hot_bytes_per_sequence(m, f, dtype_bytes);
   if (per_seq < hot) return 0;
