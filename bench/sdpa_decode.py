@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""PyTorch SDPA (bf16, dense KV) on the decode shapes of kvq's decode benchmark: the baseline the
+issue compares against. CUDA events, L2 flushed before each timed call, median of 20.
+
+usage: python3 bench/sdpa_decode.py [--csv OUT]
+Bytes counted: K and V read once (2 x batch x context x 8 x 128 x 2 B) + q + out."""
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--csv")
+args = ap.parse_args()
+dev = torch.device("cuda")
+flush = torch.empty(int(4 * torch.cuda.get_device_properties(0).L2_cache_size), dtype=torch.uint8, device=dev)
+rows = []
+for batch in (1, 8):
+    for ctx in (32768, 131072):
+        hq, hk, d = 32, 8, 128
+        q = torch.randn(batch, hq, 1, d, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(batch, hk, ctx, d, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(batch, hk, ctx, d, device=dev, dtype=torch.bfloat16)
+        fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(20):
+            flush.random_(0, 255)
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) * 1e3)
+        t = statistics.median(times)
+        nbytes = 2 * batch * ctx * hk * d * 2 + 2 * batch * hq * d * 2
+        rows.append((batch, ctx, t, nbytes, nbytes / t / 1e3))
+        print(f"sdpa bf16 batch {batch} context {ctx}: {t:.1f} us, {nbytes / 1e6:.1f} MB, {nbytes / t / 1e3:.0f} GB/s")
+if args.csv:
+    with open(args.csv, "w") as f:
+        f.write("kernel,format,batch,context,q_len,time_us,bytes,gbps\n")
+        for b, c, t, n, g in rows:
+            f.write(f"sdpa,bf16,{b},{c},1,{t:.2f},{n},{g:.1f}\n")
