@@ -14,6 +14,7 @@
 #include "kvq/cache/append_plan.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
+#include "kvq/quant/element_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
 
@@ -56,7 +57,7 @@ KVQ_HD SeqAppend as_append(const SeqAttention& s) {
   return p;
 }
 
-// Pages turning cold in this step that hold prefix tokens: [cold/P, end) with
+// Pages turning cold in this step that hold prefix tokens: [cold/P, transition_pages_end).
 KVQ_HD int64_t transition_pages_end(const SeqAttention& s, int page) {
   const int64_t by_len = (s.len + page - 1) / page;
   const int64_t by_target = s.target / page;
@@ -88,6 +89,16 @@ KVQ_HD TokenRef<T> token_ref(const CacheView<T>& v, const AttentionBatch<T>& a, 
     r.v = source_row(v, v.hot_v, a.new_v, p, t, h, head_dim, page);
   }
   return r;
+}
+
+// Channel c of token ref's key / value in fp32.
+template <class Cfg>
+KVQ_HD float token_key(const TokenRef<typename Cfg::dtype>& r, int c) {
+  return r.record ? decode_record_element<Cfg, Role::kKey>(r.record, r.t_in_page, c) : r.k[c].to_float();
+}
+template <class Cfg>
+KVQ_HD float token_value(const TokenRef<typename Cfg::dtype>& r, int c) {
+  return r.record ? decode_record_element<Cfg, Role::kValue>(r.record, r.t_in_page, c) : r.v[c].to_float();
 }
 
 KVQ_NAMESPACE_END

@@ -124,8 +124,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
     KVQ_UNROLL
     for (int j = 0; j < J; ++j) {
       const int c = lane + 32 * j;
-      k[j] = ref.record ? decode_record_element<Cfg, Role::kKey>(ref.record, ref.t_in_page, c) : ref.k[c].to_float();
-      val[j] = ref.record ? decode_record_element<Cfg, Role::kValue>(ref.record, ref.t_in_page, c) : ref.v[c].to_float();
+      k[j] = token_key<Cfg>(ref, c);
+      val[j] = token_value<Cfg>(ref, c);
     }
     KVQ_UNROLL
     for (int r = 0; r < RT; ++r) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvq/attention/batch.hpp"
+#include "kvq/attention/token_source.hpp"
 #include "kvq/cache/append_plan.hpp"
 #include "kvq/reference/append.hpp"
 #include "kvq/reference/dequantize.hpp"
@@ -19,48 +20,27 @@ KVQ_NAMESPACE_BEGIN
 namespace reference {
 
 // K and V of one sequence and KV head as the attention sees them: [len + q_len][head_dim] fp32.
+// Token sources come from token_ref (attention/token_source.hpp), the function the kernels use;
+// pages turning cold in this step are quantized into `transition` with the append's encoder.
 template <class Cfg>
 void attention_operands(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
                         int b, int h, std::vector<float>& k, std::vector<float>& val) {
   constexpr int D = Cfg::head_dim, P = Cfg::page;
-  const int64_t len = a.lengths.len[b], cold = a.lengths.cold[b];
-  const int64_t q_len = a.cu_q[b + 1] - a.cu_q[b];
-  const int64_t target = cold_after(len + q_len, cold, v.residual, P);
-  k.assign(size_t(len + q_len) * D, 0.0f);
-  val.assign(size_t(len + q_len) * D, 0.0f);
-  // Tokens below `cold` are in the pool; [cold, target) is turning cold in this step: quantize
-  // those pages exactly as the append does; the rest are hot rows or new tokens.
-  for (int64_t t = 0; t < std::min(cold, len); ++t)
+  const SeqAttention s = resolve_attention(v, a, b, P);
+  const int64_t tokens = s.len + s.q_len;
+  k.assign(size_t(tokens) * D, 0.0f);
+  val.assign(size_t(tokens) * D, 0.0f);
+  const int64_t first = s.cold / P, end = transition_pages_end(s, P);
+  std::vector<uint8_t> transition(size_t(end > first ? end - first : 0) * v.num_kv_heads * Cfg::record_bytes);
+  uint32_t ignored = 0;  // sanitisation is reported by the append that stores the page
+  for (int64_t p = first; p < end; ++p)
+    encode_page<Cfg>(v, a.new_k, a.new_v, as_append(s), p,
+                     transition.data() + record_offset(p - first, 0, v.num_kv_heads, Cfg::record_bytes), ignored);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const TokenRef<typename Cfg::dtype> ref = token_ref(v, a, b, h, s, t, P, D, Cfg::record_bytes, transition.data());
     for (int c = 0; c < D; ++c) {
-      k[size_t(t) * D + c] = cached_value<Cfg, Role::kKey>(v, b, cold, t, h, c);
-      val[size_t(t) * D + c] = cached_value<Cfg, Role::kValue>(v, b, cold, t, h, c);
-    }
-  SeqAppend s{};
-  s.len_old = len;
-  s.cold_old = cold;
-  s.len_new = len + q_len;
-  s.cold_new = target;
-  s.new_begin = a.cu_q[b];
-  s.slot = v.hot_slot[b];
-  std::vector<uint8_t> record(Cfg::record_bytes), scratch(size_t(P) * D);
-  for (int64_t p = cold / P; p < target / P && p * P < len; ++p) {
-    auto row_k = [&](int t) { return source_row(v, v.hot_k, a.new_k, s, p * P + t, h, D, P); };
-    auto row_v = [&](int t) { return source_row(v, v.hot_v, a.new_v, s, p * P + t, h, D, P); };
-    uint32_t ignored = 0;
-    encode_record<Cfg>(row_k, row_v, record.data(), scratch.data(), 0, 1, [] {}, ignored);
-    for (int t = 0; t < P && p * P + t < len; ++t)
-      for (int c = 0; c < D; ++c) {
-        k[size_t(p * P + t) * D + c] = decode_record_element<Cfg, Role::kKey>(record.data(), t, c);
-        val[size_t(p * P + t) * D + c] = decode_record_element<Cfg, Role::kValue>(record.data(), t, c);
-      }
-  }
-  // The rest: hot rows of the ring below len, then the new tokens.
-  for (int64_t t = std::min(std::max(cold, target), len); t < len + q_len; ++t) {
-    const auto* rk = source_row(v, v.hot_k, a.new_k, s, t, h, D, P);
-    const auto* rv = source_row(v, v.hot_v, a.new_v, s, t, h, D, P);
-    for (int c = 0; c < D; ++c) {
-      k[size_t(t) * D + c] = rk[c].to_float();
-      val[size_t(t) * D + c] = rv[c].to_float();
+      k[size_t(t) * D + c] = token_key<Cfg>(ref, c);
+      val[size_t(t) * D + c] = token_value<Cfg>(ref, c);
     }
   }
 }
@@ -74,11 +54,10 @@ Status attention(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<t
   if (st != Status::kSuccess) return st;
   if (a.batch > 0 && !out) return Status::kNullPointer;
   for (int b = 0; b < a.batch; ++b) {
-    const int64_t len = a.lengths.len[b], cold = a.lengths.cold[b], q_len = a.cu_q[b + 1] - a.cu_q[b];
-    st = check_attention_lengths(len, cold, q_len, v.residual, P, v.max_pages_per_seq);
-    if (st != Status::kSuccess) return st;
-    if (v.hot_slot[b] < 0 || v.hot_slot[b] >= v.num_slots) return Status::kInvalidHotSlot;
-    for (int64_t p = 0; p < (std::min(cold, len) + P - 1) / P; ++p) {
+    const SeqAttention s = resolve_attention(v, a, b, P);
+    if (s.status != Status::kSuccess) return s.status;
+    const int64_t pool_end = std::min(s.cold, s.len);
+    for (int64_t p = 0; p < (pool_end + P - 1) / P; ++p) {
       const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
       if (page < 0 || page >= v.num_pages) return Status::kInvalidPageId;
     }
