@@ -6,6 +6,7 @@
 #pragma once
 
 #include <kvq/decode/decode_impl.cuh>
+#include <kvq/dequant/dequantize_impl.cuh>
 #include <kvq/reference/append.hpp>
 
 #include <random>
@@ -21,7 +22,7 @@ struct DecodeCase {
   using T = typename Cfg::dtype;
   static constexpr int D = Cfg::head_dim, P = Cfg::page, H = 8, HQ = 32, R = 128;
 
-  static void run(benchmark::State& state, int batch, int64_t context, int q_len) {
+  static void run(benchmark::State& state, int batch, int64_t context, int q_len, bool dequant = false) {
     const int64_t len = context - q_len;
     const int64_t cold = kvq::cold_after(len, 0, R, P);
     const int64_t pages_per_seq = cold / P + 1;
@@ -120,12 +121,30 @@ struct DecodeCase {
     check(cudaMalloc(&ws, plan.workspace_bytes), "workspace");
 
     const double row = double(H) * D * sizeof(T) * 2;  // K and V of one token, all heads
-    const double bytes = double(batch) * (double(cold / P) * H * double(Cfg::record_bytes) + double(len - cold) * row +
-                                          double(q_len) * row + 2.0 * q_len * HQ * D * sizeof(T));
-    run_timed(state, bytes, [&] {
-      if (kvq::decode<Cfg>(v, a, plan, ws, plan.workspace_bytes, out, flags, nullptr) != kvq::Status::kSuccess)
-        state.SkipWithError("decode failed");
-    });
+    if (dequant) {
+      // Every prefix token back in the model dtype: records + hot rows read, len rows written.
+      T *k_out, *v_out;
+      int32_t* cu_out;
+      std::vector<int32_t> h_cu_out(static_cast<size_t>(batch) + 1);
+      for (int b = 0; b <= batch; ++b) h_cu_out[size_t(b)] = int32_t(b * len);
+      up(&cu_out, h_cu_out);
+      check(cudaMalloc(&k_out, size_t(batch) * len * H * D * sizeof(T)), "k_out");
+      check(cudaMalloc(&v_out, size_t(batch) * len * H * D * sizeof(T)), "v_out");
+      const double bytes = double(batch) * (double(cold / P) * H * double(Cfg::record_bytes) + double(len - cold) * row +
+                                            double(len) * row);
+      run_timed(state, bytes, [&] {
+        if (kvq::dequantize<Cfg>(v, a.lengths, batch, cu_out, len, k_out, v_out, flags, nullptr) != kvq::Status::kSuccess)
+          state.SkipWithError("dequantize failed");
+      });
+      for (void* p : {(void*)k_out, (void*)v_out, (void*)cu_out}) cudaFree(p);
+    } else {
+      const double bytes = double(batch) * (double(cold / P) * H * double(Cfg::record_bytes) + double(len - cold) * row +
+                                            double(q_len) * row + 2.0 * q_len * HQ * D * sizeof(T));
+      run_timed(state, bytes, [&] {
+        if (kvq::decode<Cfg>(v, a, plan, ws, plan.workspace_bytes, out, flags, nullptr) != kvq::Status::kSuccess)
+          state.SkipWithError("decode failed");
+      });
+    }
     state.counters["splits"] = plan.max_splits;
     for (void* p : {(void*)pool, (void*)hot_k, (void*)hot_v, (void*)q, (void*)nk, (void*)nv, (void*)out, (void*)table,
                     (void*)slot, (void*)lens, (void*)colds, (void*)cu, (void*)flags, ws})
@@ -139,6 +158,9 @@ struct DecodeCase {
                                       std::to_string(ctx) + "/q_len:1").c_str(),
                                      [=](benchmark::State& s) { run(s, batch, ctx, 1); })
             ->UseManualTime()->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("dequantize/" + name + "/batch:8/context:32768").c_str(),
+                                 [=](benchmark::State& s) { run(s, 8, 32768, 1, true); })
+        ->UseManualTime()->Unit(benchmark::kMicrosecond);
   }
 };
 

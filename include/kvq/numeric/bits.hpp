@@ -2,7 +2,8 @@
 //
 // The host reference and the kernels must write bit-identical cache bytes, so every rounding to
 // a 16-bit format goes through these functions. On the device the hardware conversion is used
-// (round to nearest even, like the software path; a GPU test compares the two on 2^32 inputs).
+// (round to nearest even, like the software path; NaN canonicalised to the software path's;
+// a GPU test compares the two on all 2^32 inputs, NaNs included).
 #pragma once
 
 #include <cmath>
@@ -61,6 +62,8 @@ KVQ_HD uint16_t f32_to_f16_bits_soft(float f) {
 
 KVQ_HD uint16_t f32_to_f16_bits(float f) {
 #if defined(__CUDA_ARCH__)
+  // The hardware's NaN is 0x7fff; kvq's NaN is the software one (sign | 0x7e00) on both sides.
+  if (isnan(f)) return uint16_t((f32_bits(f) >> 16 & 0x8000u) | 0x7e00u);
   return __half_as_ushort(__float2half_rn(f));
 #else
   return f32_to_f16_bits_soft(f);

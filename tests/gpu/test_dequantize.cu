@@ -1,0 +1,74 @@
+// GPU dequantize vs kvq::reference::dequantize_sequence: bit-identical model-dtype outputs for a
+// batch of sequences of every kind (empty, all hot, long), several formats, fp16 saturation.
+#include <kvq/dequant/dequantize_impl.cuh>
+#include <kvq/reference/dequantize.hpp>
+
+#include "append_check.cuh"
+
+namespace {
+
+template <class Cfg>
+void check_dequantize(uint64_t seed) {
+  using T = typename Cfg::dtype;
+  constexpr int P = Cfg::page, D = Cfg::head_dim;
+  std::mt19937_64 rng(seed);
+  const int heads = 2, batch = 4, residual = P * int(1 + rng() % 2), max_pages = 64, slots = batch + 1;
+  kvq::reference::HostCache<Cfg> host(heads, int64_t(batch) * max_pages, slots, residual, max_pages, batch);
+  for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = (b + 2) % slots;
+  kvq_test::DeviceMirror<Cfg> dev;
+  dev.upload(host);
+  kvq_test::KvGenerator gen(heads, D, seed + 1);
+  std::vector<int32_t> prompt{0, int32_t(rng() % (residual + P)), int32_t(40 * P + rng() % P), int32_t(7 * P + 5)};
+  REQUIRE(kvq_test::step_both(host, dev, prompt, gen, true, "prompt"));
+  REQUIRE(kvq_test::step_both(host, dev, {3, 1, 2, 70}, gen, false, "more"));
+
+  std::vector<int32_t> cu(batch + 1, 0);
+  int64_t max_len = 0;
+  for (int b = 0; b < batch; ++b) {
+    cu[size_t(b) + 1] = cu[size_t(b)] + host.len[size_t(b)];
+    max_len = std::max<int64_t>(max_len, host.len[size_t(b)]);
+  }
+  const size_t n = size_t(cu.back()) * heads * D;
+  kvq_test::DeviceBuffer<int32_t> d_cu(cu);
+  kvq_test::DeviceBuffer<T> d_k(std::max<size_t>(n, 8)), d_v(std::max<size_t>(n, 8));
+  KVQ_CUDA_CHECK(cudaMemset(d_k.get(), 0xff, d_k.size() * sizeof(T)));  // poisoned
+  KVQ_CUDA_CHECK(cudaMemset(d_v.get(), 0xff, d_v.size() * sizeof(T)));
+  kvq_test::DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
+  REQUIRE(kvq::dequantize<Cfg>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch, d_cu.get(),
+                               max_len, d_k.get(), d_v.get(), d_flags.get(), nullptr) == kvq::Status::kSuccess);
+  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(d_flags.download()[0] == 0u);
+  const std::vector<T> gk = d_k.download(), gv = d_v.download();
+  for (int b = 0; b < batch; ++b) {
+    const size_t len = size_t(host.len[size_t(b)]);
+    std::vector<T> rk(len * heads * D), rv(rk.size());
+    REQUIRE(kvq::reference::dequantize_sequence<Cfg>(host.view(), b, host.len[size_t(b)], host.cold_len[size_t(b)],
+                                                     rk.data(), rv.data()) == kvq::Status::kSuccess);
+    const size_t off = size_t(cu[size_t(b)]) * heads * D;
+    const std::vector<T> sk(gk.begin() + long(off), gk.begin() + long(off + rk.size()));
+    const std::vector<T> sv(gv.begin() + long(off), gv.begin() + long(off + rv.size()));
+    CHECK_MESSAGE(kvq_test::first_difference(sk, rk) == -1, "sequence " << b << " K differs");
+    CHECK_MESSAGE(kvq_test::first_difference(sv, rv) == -1, "sequence " << b << " V differs");
+  }
+  // A sequence with fewer output rows than tokens is skipped and reported; the others are written.
+  std::vector<int32_t> short_cu = cu;
+  for (int b = 2; b <= batch; ++b) short_cu[size_t(b)] -= 1;  // sequence 1 loses a row
+  kvq_test::DeviceBuffer<int32_t> d_short(short_cu);
+  kvq_test::DeviceBuffer<uint32_t> d_flags2(std::vector<uint32_t>{0u});
+  REQUIRE(kvq::dequantize<Cfg>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch,
+                               d_short.get(), max_len, d_k.get(), d_v.get(), d_flags2.get(), nullptr) ==
+          kvq::Status::kSuccess);
+  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(((d_flags2.download()[0] & kvq::kFlagBadSequence) != 0u) == (host.len[1] > 0));
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("dequantize: bit-identical to the host reference for int2, k4v2, int8, none") {
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>>(101);
+    check_dequantize<kvq::CacheConfig<kvq::fp16, 64, 32, kvq::Int4<32>, kvq::Int2<32>>>(102);
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 256, 16, kvq::Int8, kvq::Int8>>(103);
+    check_dequantize<kvq::CacheConfig<kvq::fp16, 128, 64, kvq::NoQuant, kvq::NoQuant>>(104);
+  }
+}
