@@ -24,7 +24,6 @@ KVQ_NAMESPACE_BEGIN
 namespace detail {
 
 constexpr int kDecodeWarps = 4;
-constexpr int kDecodeTokensPerWarp = 4;
 
 struct DecodeWorkspace {
   uint8_t* transition;  // [batch][transition_pages][num_kv_heads][record_bytes]
@@ -119,42 +118,31 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
     for (int j = 0; j < J; ++j) acc[r][j] = 0.0f;
   }
   const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
-  // A warp takes kTokensPerWarp consecutive tokens at a time and loads all of them before any
-  // math, so that many independent loads are in flight per warp.
-  constexpr int U = kDecodeTokensPerWarp;
-  for (int64_t t0 = start + int64_t(warp) * U; t0 < end; t0 += int64_t(kDecodeWarps) * U) {
-    float k[U][J], val[U][J];
+  for (int64_t t = start + warp; t < end; t += kDecodeWarps) {
+    const TokenRef<T> ref = token_ref(v, a, b, h, s, t, P, D, Cfg::record_bytes, transition);
+    float k[J], val[J];
     KVQ_UNROLL
-    for (int u = 0; u < U; ++u) {
-      const int64_t t = t0 + u < end ? t0 + u : end - 1;  // a repeated token is loaded but not used
-      const TokenRef<T> ref = token_ref(v, a, b, h, s, t, P, D, Cfg::record_bytes, transition);
-      KVQ_UNROLL
-      for (int j = 0; j < J; ++j) {
-        k[u][j] = token_key<Cfg>(ref, lane + 32 * j);
-        val[u][j] = token_value<Cfg>(ref, lane + 32 * j);
-      }
+    for (int j = 0; j < J; ++j) {
+      const int c = lane + 32 * j;
+      k[j] = token_key<Cfg>(ref, c);
+      val[j] = token_value<Cfg>(ref, c);
     }
     KVQ_UNROLL
-    for (int u = 0; u < U; ++u) {
-      const int64_t t = t0 + u;
+    for (int r = 0; r < RT; ++r) {
+      float dot = 0.0f;
       KVQ_UNROLL
-      for (int r = 0; r < RT; ++r) {
-        const int rg = row0 + r;
-        // Uniform across the warp: padding rows, tokens past the split, future tokens (causal).
-        if (t >= end || rg >= rows || t > s.len + rg / group) continue;
-        float dot = 0.0f;
-        KVQ_UNROLL
-        for (int j = 0; j < J; ++j) dot += qs[r][lane + 32 * j] * k[u][j];
-        dot = warp_sum(dot);
-        float logit = dot * a.softmax_scale;
-        if (a.softcap > 0.0f) logit = a.softcap * tanhf(logit / a.softcap);
-        const float m_new = fmaxf(m[r], logit);
-        const float corr = __expf(m[r] - m_new), p = __expf(logit - m_new);
-        l[r] = l[r] * corr + p;
-        KVQ_UNROLL
-        for (int j = 0; j < J; ++j) acc[r][j] = acc[r][j] * corr + p * val[u][j];
-        m[r] = m_new;
-      }
+      for (int j = 0; j < J; ++j) dot += qs[r][lane + 32 * j] * k[j];
+      dot = warp_sum(dot);
+      const int rg = row0 + r;
+      if (rg >= rows || t > s.len + rg / group) continue;  // padding row, or a future token (causal)
+      float logit = dot * a.softmax_scale;
+      if (a.softcap > 0.0f) logit = a.softcap * tanhf(logit / a.softcap);
+      const float m_new = fmaxf(m[r], logit);
+      const float corr = __expf(m[r] - m_new), p = __expf(logit - m_new);
+      l[r] = l[r] * corr + p;
+      KVQ_UNROLL
+      for (int j = 0; j < J; ++j) acc[r][j] = acc[r][j] * corr + p * val[j];
+      m[r] = m_new;
     }
   }
   KVQ_UNROLL
