@@ -1,0 +1,70 @@
+// kvq::plan_decode (host): split sizes cover the longest sequence, the workspace layout is aligned
+// and large enough for what the kernels index, and bad shapes are rejected.
+#include <doctest/doctest.h>
+
+#include <kvq/decode/plan.hpp>
+
+#include <algorithm>
+
+namespace {
+
+kvq::DecodeShape shape(int batch, int64_t max_tokens, int max_q = 1) {
+  return kvq::DecodeShape{batch, 32, 8, 128, max_tokens, max_q, int64_t(batch) * max_q, 132};
+}
+
+}  // namespace
+
+TEST_CASE("decode plan: splits are page multiples that cover the longest sequence") {
+  for (int batch : {1, 3, 8, 64})
+    for (int64_t tokens : {int64_t(0), int64_t(1), int64_t(63), int64_t(64), int64_t(4097), int64_t(131072),
+                           int64_t(1) << 20}) {
+      kvq::DecodePlan p;
+      REQUIRE(kvq::plan_decode(shape(batch, tokens), 128, 64, 6144, &p) == kvq::Status::kSuccess);
+      CHECK(p.split_tokens % 64 == 0);
+      CHECK(p.split_tokens >= 64);
+      CHECK(int64_t(p.max_splits) * p.split_tokens >= tokens);
+      CHECK(int64_t(p.max_splits - 1) * p.split_tokens < std::max<int64_t>(tokens, 1));
+      CHECK(p.transition_pages == 128 / 64 + 1);
+    }
+  // Few sequences get more splits than many (the planner fills the GPU with split-KV work).
+  kvq::DecodePlan one, many;
+  REQUIRE(kvq::plan_decode(shape(1, 131072), 128, 64, 6144, &one) == kvq::Status::kSuccess);
+  REQUIRE(kvq::plan_decode(shape(64, 131072), 128, 64, 6144, &many) == kvq::Status::kSuccess);
+  CHECK(one.max_splits > many.max_splits);
+  CHECK(int64_t(one.max_splits) * 8 >= 132);  // batch 1 x 8 KV heads still spreads over the SMs
+}
+
+TEST_CASE("decode plan: workspace parts are 256-byte aligned, disjoint and large enough") {
+  kvq::DecodePlan p;
+  const kvq::DecodeShape s{5, 12, 3, 64, 5000, 4, 17, 132};
+  REQUIRE(kvq::plan_decode(s, 64, 32, 4096, &p) == kvq::Status::kSuccess);
+  CHECK(p.transition_offset == 0);
+  for (size_t off : {p.partial_offset, p.stats_offset, p.status_offset, p.workspace_bytes}) CHECK(off % 256 == 0);
+  const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
+  CHECK(p.partial_offset >= size_t(s.batch) * size_t(p.transition_pages) * size_t(s.num_kv_heads) * 4096);
+  CHECK(p.stats_offset - p.partial_offset >= size_t(p.max_splits) * rows * 64 * 4);
+  CHECK(p.status_offset - p.stats_offset >= size_t(p.max_splits) * rows * 2 * 4);
+  CHECK(p.workspace_bytes - p.status_offset >= size_t(s.batch) * 4);
+}
+
+TEST_CASE("decode plan: bad shapes are rejected") {
+  kvq::DecodePlan p;
+  CHECK(kvq::plan_decode(shape(1, 100), 128, 64, 6144, nullptr) == kvq::Status::kNullPointer);
+  kvq::DecodeShape s = shape(2, 100);
+  s.max_q_len = 0;
+  CHECK(kvq::plan_decode(s, 128, 64, 6144, &p) == kvq::Status::kInvalidShape);
+  s.max_q_len = kvq::kDecodeMaxQLen + 1;
+  CHECK(kvq::plan_decode(s, 128, 64, 6144, &p) == kvq::Status::kInvalidShape);
+  s = shape(2, 100);
+  s.num_q_heads = 30;  // not a multiple of 8 KV heads
+  CHECK(kvq::plan_decode(s, 128, 64, 6144, &p) == kvq::Status::kInvalidShape);
+  s = shape(2, 100);
+  s.total_q = 3;  // more query rows than batch x max_q_len
+  CHECK(kvq::plan_decode(s, 128, 64, 6144, &p) == kvq::Status::kInvalidShape);
+  s = shape(2, 100);
+  s.residual = 100;  // not a multiple of the page
+  CHECK(kvq::plan_decode(s, 128, 64, 6144, &p) == kvq::Status::kConfigMismatch);
+  s = shape(2, 100);
+  s.num_sms = 0;
+  CHECK(kvq::plan_decode(s, 128, 64, 6144, &p) == kvq::Status::kInvalidShape);
+}
