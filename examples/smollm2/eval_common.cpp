@@ -1,0 +1,43 @@
+// eval_common.cpp - CSV output and helpers shared by the evaluations.
+#include <cstdio>
+#include <fstream>
+
+#include "eval.hpp"
+
+namespace smollm2 {
+
+std::string format_label(const CacheSpec& spec) { return spec.residual == 0 ? spec.format + "_r0" : spec.format; }
+
+void append_csv(const std::string& path, const std::string& model, const CacheSpec& spec, const std::vector<CsvRow>& rows) {
+  bool fresh = true;
+  {
+    std::ifstream in(path);
+    fresh = !in || in.peek() == std::ifstream::traits_type::eof();
+  }
+  std::ofstream out(path, std::ios::app);
+  if (!out) throw Error("cannot write " + path);
+  if (fresh) out << "model,format,gk,gv,residual,metric,context,value,n\n";
+  const bool grouped = spec.format == "int4" || spec.format == "int2" || spec.format == "k4v2";
+  for (const CsvRow& r : rows) {
+    char value[64];
+    std::snprintf(value, sizeof value, "%.6g", r.value);
+    out << model << ',' << format_label(spec) << ',' << (grouped ? spec.gk : 0) << ',' << (grouped ? spec.gv : 0) << ','
+        << spec.residual << ',' << r.metric << ',' << r.context << ',' << value << ',' << r.n << '\n';
+  }
+}
+
+void feed(Model& m, int seq, const std::vector<int32_t>& tokens, int chunk, std::vector<float>& last_logits) {
+  for (size_t i = 0; i < tokens.size(); i += size_t(chunk)) {
+    const size_t e = std::min(tokens.size(), i + size_t(chunk));
+    m.forward({SeqTokens{seq, std::vector<int32_t>(tokens.begin() + long(i), tokens.begin() + long(e))}}, false, last_logits);
+  }
+}
+
+int32_t argmax(const float* logits, int n) {
+  int32_t best = 0;
+  for (int i = 1; i < n; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+}  // namespace smollm2

@@ -1,0 +1,63 @@
+// kv_cache.cpp - runtime cache specification -> compiled configuration (see kv_cache.hpp).
+#include "kv_cache.hpp"
+
+#include "gguf.hpp"
+#include "kv_cache_configs.hpp"
+
+namespace smollm2 {
+
+std::string describe(const CacheSpec& s) {
+  std::string out = s.format;
+  if (s.format == "int4" || s.format == "int2" || s.format == "k4v2")
+    out += " Gk=" + std::to_string(s.gk) + " Gv=" + std::to_string(s.gv);
+  out += " R=" + std::to_string(s.residual) + " P=" + std::to_string(s.page);
+  out += s.path == AttentionPath::kDecode ? " (decode attention)" : " (kvq::reference::attention)";
+  return out;
+}
+
+kvq::ConfigKey config_key(const CacheSpec& s) {
+  kvq::QuantDesc k, v;
+  if (s.format == "none") {
+    k = v = kvq::kDescNone;
+  } else if (s.format == "int8") {
+    k = v = kvq::kDescInt8;
+  } else if (s.format == "int4") {
+    k = kvq::desc_int4(s.gk);
+    v = kvq::desc_int4(s.gv);
+  } else if (s.format == "int2") {
+    k = kvq::desc_int2(s.gk);
+    v = kvq::desc_int2(s.gv);
+  } else if (s.format == "k4v2") {
+    k = kvq::desc_int4(s.gk);
+    v = kvq::desc_int2(s.gv);
+  } else {
+    throw Error("unknown cache format '" + s.format + "' (none, int8, int4, int2, k4v2)");
+  }
+  return kvq::ConfigKey{kvq::DType::kBF16, 64, s.page, k, v};
+}
+
+std::string compiled_configurations() {
+  return "bf16, head dim 64, page 16/32/64; formats none, int8, and int4/int2/k4v2 with Gk in {16,32,64} (Gk <= page) "
+         "and Gv in {16,32,64}; R any multiple of the page";
+}
+
+std::unique_ptr<KvCache> make_kv_cache(const CacheSpec& spec, int layers, int kv_heads, int head_dim, int max_seqs,
+                                       int64_t max_len) {
+  if (head_dim != 64) throw Error("kv cache: head dim " + std::to_string(head_dim) + " is not compiled (this example: 64)");
+  if (spec.residual < 0 || spec.page <= 0 || spec.residual % spec.page != 0)
+    throw Error("kv cache: the hot window R=" + std::to_string(spec.residual) + " must be a non-negative multiple of the page size " +
+                std::to_string(spec.page));
+  if (max_seqs <= 0 || max_len <= 0) throw Error("kv cache: empty cache requested");
+  const kvq::ConfigKey key = config_key(spec);
+  std::unique_ptr<KvCache> out;
+  if (spec.page == 16) out = make_kv_cache_p16(spec, layers, kv_heads, max_seqs, max_len);
+  else if (spec.page == 32) out = make_kv_cache_p32(spec, layers, kv_heads, max_seqs, max_len);
+  else if (spec.page == 64) out = make_kv_cache_p64(spec, layers, kv_heads, max_seqs, max_len);
+  if (!out)
+    throw Error("kv cache: configuration '" + describe(spec) + "' is not compiled into this binary (" +
+                kvq::to_string(kvq::Status::kNotInstantiated) + "); compiled: " + compiled_configurations());
+  (void)key;
+  return out;
+}
+
+}  // namespace smollm2

@@ -1,0 +1,79 @@
+// kv_cache.hpp - the engine's KV cache: one kvq::reference::HostCache per layer (bf16 K/V, head
+// dim 64), in a format chosen at run time (flags) and mapped to a compiled kvq::CacheConfig by
+// kvq::dispatch. Two attention paths read it:
+//   decode     (default) - exactly what token-by-token decoding sees, for chunks of any length:
+//              query p attends to tokens below cold_after(p + 1) dequantized from the cache's cold
+//              pages (decoded once, when a page turns cold, with kvq::decode_record_element) and
+//              to the newer ones unquantized. Equivalent to kvq::reference::attention called with
+//              q_len = 1 per token (tests/model checks it), at chunked-prefill speed.
+//   reference  - kvq::reference::attention itself on the whole chunk (the library's chunked
+//              prefill contract: one cold boundary C* for all the chunk's queries), then
+//              kvq::reference::append.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kvq/kvq.hpp>
+
+#include "threads.hpp"
+
+namespace smollm2 {
+
+enum class AttentionPath { kDecode, kReference };
+
+struct CacheSpec {
+  std::string format = "none";  // none | int8 | int4 | int2 | k4v2 (INT4 keys, INT2 values)
+  int gk = 32;                  // key group (tokens), INT2/INT4 only; divides the page
+  int gv = 32;                  // value group (channels), INT2/INT4 only; divides the head dim
+  int residual = 128;           // R: hot window beyond the newest page, a multiple of the page
+  int page = 64;                // P: 16, 32 or 64
+  AttentionPath path = AttentionPath::kDecode;
+};
+
+std::string describe(const CacheSpec& spec);       // e.g. "int2 Gk=32 Gv=32 R=128 P=64"
+kvq::ConfigKey config_key(const CacheSpec& spec);  // throws Error on an unknown format
+std::string compiled_configurations();             // what this binary was built with
+
+// Rows of one sequence inside a step's activations.
+struct SeqRows {
+  int seq;
+  int row;    // first row in q/k/v/out
+  int count;  // new tokens
+};
+
+// What save() captures: enough to rewind a sequence to that point later (prefix sharing).
+struct SeqState {
+  int seq = -1;
+  std::vector<int32_t> len, cold;           // per layer
+  std::vector<std::vector<uint16_t>> hot;   // per layer: the sequence's K and V ring rows
+};
+
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+  virtual const CacheSpec& spec() const = 0;
+  virtual int64_t length(int seq) const = 0;
+  virtual int64_t capacity() const = 0;  // tokens per sequence
+  virtual int max_seqs() const = 0;
+  virtual void reset(int seq) = 0;
+  // Throws Error when a sequence would exceed the capacity (before anything is changed).
+  virtual void check_room(const std::vector<SeqRows>& items) const = 0;
+  // One layer of one step: attention of the new tokens (q [rows][num_q_heads][64], bf16, RoPE
+  // applied; k, v [rows][kv_heads][64]) over the cache and themselves into out [rows][num_q_heads*64]
+  // fp32, and the append of k, v. Layers are stepped in order 0..L-1 with the same items.
+  virtual void step(ThreadPool& pool, int layer, const std::vector<SeqRows>& items, int num_q_heads,
+                    const kvq::bf16* q, const kvq::bf16* k, const kvq::bf16* v, float* out) = 0;
+  virtual SeqState save(int seq) const = 0;
+  // Rewinds `seq` to a state saved from it; everything appended since is dropped.
+  virtual void restore(const SeqState& state) = 0;
+  virtual size_t cold_bytes_per_token() const = 0;  // all layers
+};
+
+// Throws Error for a configuration this binary does not hold (with the list of those it holds).
+std::unique_ptr<KvCache> make_kv_cache(const CacheSpec& spec, int layers, int kv_heads, int head_dim, int max_seqs,
+                                       int64_t max_len);
+
+}  // namespace smollm2

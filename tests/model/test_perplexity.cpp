@@ -1,0 +1,32 @@
+// A short perplexity run on the committed excerpt (2 windows of 512 tokens): the "none" cache
+// within a documented range, INT8 within 1% of it, INT4 and INT2 finite and not better than
+// chance would allow. Ranges measured with this build (docs/ACCURACY.md, "CI test").
+#include <cmath>
+
+#include "eval.hpp"
+#include "test_support.hpp"
+#include "tokenizer.hpp"
+
+using namespace smollm2;
+using namespace smollm2_test;
+
+TEST_CASE("short perplexity: none in range, int8 within 1% of none") {
+  const Tokenizer tok(model_file());
+  const ModelFactory make = [](const CacheSpec& s, int seqs, int64_t len) { return make_model(s, seqs, len); };
+  PerplexityOptions o;
+  o.text_path = std::string(SMOLLM2_FIXTURES) + "/persuasion_excerpt.txt";
+  o.window = 512;
+  o.windows = 2;
+  o.chunk = 128;
+  // R = 64, P = 32: most scored tokens see a quantized cache even in a short window.
+  const double none = run_perplexity(tok, make, spec("none", 64, 32), o).at(0).value;
+  const double int8 = run_perplexity(tok, make, spec("int8", 64, 32), o).at(0).value;
+  const double int2 = run_perplexity(tok, make, spec("int2", 64, 32), o).at(0).value;
+  MESSAGE("none " << none << ", int8 " << int8 << ", int2 " << int2);
+  CHECK(none > SMOLLM2_PPL_NONE_MIN);
+  CHECK(none < SMOLLM2_PPL_NONE_MAX);
+  CHECK(std::fabs(int8 - none) / none < 0.01);
+  CHECK(std::isfinite(int2));
+  CHECK(int2 > none * 0.98);
+  CHECK(int2 < none * 2.0);
+}
