@@ -64,6 +64,18 @@ def main():
             cs = [cells[f][(L, d)] for d in depths if (L, d) in cells[f]]
             tot.append("%d/%d" % (sum(c for c, _ in cs), sum(n for _, n in cs)) if cs else "-")
         print("| %s | %s | %s |" % (f, " | ".join(vals), " | ".join(tot)))
+    if "none" in cells:
+        solvable = [k for k, (c, n) in cells["none"].items() if c > 0]
+        print("\nOn the %d cells where \"none\" retrieves the key at least once (%s):\n" % (
+            len(solvable), ", ".join("%d @%s" % k for k in sorted(solvable))))
+        print("| format | correct / trials | on the other cells |")
+        print("| --- | --- | --- |")
+        for f in ORDER:
+            if f in cells:
+                a = [cells[f][k] for k in cells[f] if k in solvable]
+                b = [cells[f][k] for k in cells[f] if k not in solvable]
+                print("| %s | %d/%d | %d/%d |" % (f, sum(c for c, _ in a), sum(n for _, n in a),
+                                                 sum(c for c, _ in b), sum(n for _, n in b)))
 
     print("\n### Greedy generation: tokens that agree with none before the first difference\n")
     agree = {f: by[("agree_tokens", f)] for f in ORDER if by[("agree_tokens", f)]}
