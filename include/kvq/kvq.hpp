@@ -11,6 +11,7 @@
 #include "kvq/cache/window.hpp"
 #include "kvq/core/status.hpp"
 #include "kvq/core/version.hpp"
+#include "kvq/dispatch/dispatch.hpp"
 #include "kvq/numeric/dtype.hpp"
 #include "kvq/quant/element_decode.hpp"
 #include "kvq/quant/formats.hpp"
