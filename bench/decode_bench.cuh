@@ -53,7 +53,7 @@ struct DecodeCase {
     int sms = 0;
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sms");
     kvq::DecodePlan plan;
-    if (kvq::plan_decode(kvq::DecodeShape{batch, HQ, H, R, context, q_len, total_q, sms}, D, P, Cfg::record_bytes, &plan) !=
+    if (kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, HQ, H, R, context, q_len, total_q, sms}, &plan) !=
         kvq::Status::kSuccess) {
       state.SkipWithError("plan failed");
       return;
@@ -89,12 +89,15 @@ struct DecodeCase {
   }
 
   static void register_all(const std::string& name) {
-    for (int batch : {1, 8})
-      for (int64_t ctx : {32768, 131072})
-        benchmark::RegisterBenchmark(("decode/" + name + "/batch:" + std::to_string(batch) + "/context:" +
-                                      std::to_string(ctx) + "/q_len:1").c_str(),
-                                     [=](benchmark::State& s) { run(s, batch, ctx, 1); })
-            ->UseManualTime()->Unit(benchmark::kMicrosecond);
+    for (int q_len : {1, 4})
+      for (int batch : {1, 8, 32, 64})
+        for (int64_t ctx : {4096, 32768, 131072})
+          benchmark::RegisterBenchmark(("decode/" + name + "/batch:" + std::to_string(batch) + "/context:" +
+                                        std::to_string(ctx) + "/q_len:" + std::to_string(q_len))
+                                           .c_str(),
+                                       [=](benchmark::State& s) { run(s, batch, ctx, q_len); })
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("dequantize/" + name + "/batch:8/context:32768").c_str(),
                                  [=](benchmark::State& s) { run(s, 8, 32768, 1, true); })
         ->UseManualTime()->Unit(benchmark::kMicrosecond);

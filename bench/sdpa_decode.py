@@ -16,10 +16,9 @@ args = ap.parse_args()
 dev = torch.device("cuda")
 flush = torch.empty(int(4 * torch.cuda.get_device_properties(0).L2_cache_size), dtype=torch.uint8, device=dev)
 rows = []
-for batch in (1, 8):
-    for ctx in (32768, 131072):
+for q_len, batch, ctx in [(q, b, c) for q in (1, 4) for b in (1, 8, 32, 64) for c in (4096, 32768, 131072)]:
         hq, hk, d = 32, 8, 128
-        q = torch.randn(batch, hq, 1, d, device=dev, dtype=torch.bfloat16)
+        q = torch.randn(batch, hq, q_len, d, device=dev, dtype=torch.bfloat16)
         k = torch.randn(batch, hk, ctx, d, device=dev, dtype=torch.bfloat16)
         v = torch.randn(batch, hk, ctx, d, device=dev, dtype=torch.bfloat16)
         fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
@@ -35,11 +34,14 @@ for batch in (1, 8):
             e.synchronize()
             times.append(s.elapsed_time(e) * 1e3)
         t = statistics.median(times)
-        nbytes = 2 * batch * ctx * hk * d * 2 + 2 * batch * hq * d * 2
-        rows.append((batch, ctx, t, nbytes, nbytes / t / 1e3))
-        print(f"sdpa bf16 batch {batch} context {ctx}: {t:.1f} us, {nbytes / 1e6:.1f} MB, {nbytes / t / 1e3:.0f} GB/s")
+        nbytes = 2 * batch * ctx * hk * d * 2 + 2 * batch * q_len * hq * d * 2
+        rows.append((batch, ctx, q_len, t, nbytes, nbytes / t / 1e3))
+        print(f"sdpa bf16 batch {batch} context {ctx} q_len {q_len}: {t:.1f} us, {nbytes / 1e6:.1f} MB, "
+              f"{nbytes / t / 1e3:.0f} GB/s")
+        del q, k, v
+        torch.cuda.empty_cache()
 if args.csv:
     with open(args.csv, "w") as f:
         f.write("kernel,format,batch,context,q_len,time_us,bytes,gbps\n")
-        for b, c, t, n, g in rows:
-            f.write(f"sdpa,bf16,{b},{c},1,{t:.2f},{n},{g:.1f}\n")
+        for b, c, ql, t, n, g in rows:
+            f.write(f"sdpa,bf16,{b},{c},{ql},{t:.2f},{n},{g:.1f}\n")

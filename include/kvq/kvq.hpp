@@ -7,6 +7,7 @@
 #include "kvq/cache/config.hpp"
 #include "kvq/cache/planner.hpp"
 #include "kvq/cache/record_layout.hpp"
+#include "kvq/cache/rollback.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
 #include "kvq/core/status.hpp"

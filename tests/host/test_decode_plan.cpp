@@ -34,6 +34,19 @@ TEST_CASE("decode plan: splits are page multiples that cover the longest sequenc
   CHECK(int64_t(one.max_splits) * 8 >= 132);  // batch 1 x 8 KV heads still spreads over the SMs
 }
 
+TEST_CASE("decode plan: the split CTAs fit in one wave of the residency the caller reports") {
+  for (int ctas_per_sm : {1, 2, 3, 4, 5})
+    for (int batch : {1, 2, 8, 17, 64})
+      for (int max_q : {1, 4, 16}) {
+        kvq::DecodePlan p;
+        REQUIRE(kvq::plan_decode(shape(batch, 131072, max_q), 128, 64, 6144, &p, ctas_per_sm) == kvq::Status::kSuccess);
+        const int64_t rows = 4 * max_q, tiles = (rows + p.rows_per_cta - 1) / p.rows_per_cta;
+        CHECK(p.rows_per_cta == (rows > 8 ? 16 : 8));
+        const int64_t ctas = int64_t(batch) * 8 * tiles * p.max_splits;
+        if (p.max_splits > 1) CHECK(ctas <= int64_t(132) * ctas_per_sm);
+      }
+}
+
 TEST_CASE("decode plan: workspace parts are 256-byte aligned, disjoint and large enough") {
   kvq::DecodePlan p;
   const kvq::DecodeShape s{5, 12, 3, 64, 5000, 4, 17, 132};
@@ -42,8 +55,9 @@ TEST_CASE("decode plan: workspace parts are 256-byte aligned, disjoint and large
   for (size_t off : {p.partial_offset, p.stats_offset, p.status_offset, p.workspace_bytes}) CHECK(off % 256 == 0);
   const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
   CHECK(p.partial_offset >= size_t(s.batch) * size_t(p.transition_pages) * size_t(s.num_kv_heads) * 4096);
-  CHECK(p.stats_offset - p.partial_offset >= size_t(p.max_splits) * rows * 64 * 4);
-  CHECK(p.status_offset - p.stats_offset >= size_t(p.max_splits) * rows * 2 * 4);
+  // one slot per split plus the tail slot
+  CHECK(p.stats_offset - p.partial_offset >= size_t(p.max_splits + 1) * rows * 64 * 4);
+  CHECK(p.status_offset - p.stats_offset >= size_t(p.max_splits + 1) * rows * 2 * 4);
   CHECK(p.workspace_bytes - p.status_offset >= size_t(s.batch) * 4);
 }
 

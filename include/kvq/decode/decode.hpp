@@ -1,7 +1,9 @@
 // kvq/decode/decode.hpp - declaration of the GPU decode attention (light: no CUDA headers).
 //
-//   kvq::plan_decode(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, &plan)   host, once
-//   kvq::decode<Cfg>(cache, batch, plan, workspace, bytes, out, flags, stream)      device, every step
+//   kvq::plan_decode<Cfg>(shape, &plan)                                         host, once per shape
+//   kvq::decode<Cfg>(cache, batch, plan, workspace, bytes, out, flags, stream)  device, every step
+// (plan_decode<Cfg> asks the CUDA occupancy calculator how many CTAs fit on a multiprocessor and
+// calls the CUDA-free kvq::plan_decode of plan.hpp with it.)
 //
 // Computes the attention contract of kvq/attention/batch.hpp for q_len 1..16 new tokens per
 // sequence (decode and speculative decoding) with split-KV over the prefix. The whole GQA group
@@ -25,6 +27,9 @@ KVQ_NAMESPACE_BEGIN
 // cache, batch, workspace, out, flags: device memory. out: [cu_q[batch]][num_q_heads][head_dim]
 // of the model dtype. A sequence whose lengths, slot or pages are invalid on the device (or which
 // exceeds the plan) is skipped: its outputs are not written and kFlagBadSequence is set.
+template <class Cfg>
+Status plan_decode(const DecodeShape& shape, DecodePlan* plan);
+
 template <class Cfg>
 Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
               const DecodePlan& plan, void* workspace, size_t workspace_bytes, typename Cfg::dtype* out,

@@ -1,14 +1,18 @@
 // kvq/decode/decode_impl.cuh - decode attention kernels (include from one .cu per configuration).
 //
-// Three launches on the caller's stream, no host synchronisation:
+// Four launches on the caller's stream, no host synchronisation:
 //  1. transition: pages of the prefix that turn cold in this step (the append may not have run
 //     yet) are quantized into the workspace with the append's own code (page_encoder.cuh);
-//  2. split: CTA (split, sequence, KV head x row tile) streams the split's tokens once, for all
-//     query rows of the tile (GQA heads x new tokens), with an online softmax per row; warps take
-//     tokens round-robin, lanes take channels; writes unnormalised partial outputs + (max, sum);
-//  3. merge: combines the splits of every (token, query head) exactly (log-sum-exp) and writes out.
-// This version dequantizes element by element through decode_record_element (the same function
-// as the host reference): correct for every format; tensor-core and vectorised paths come next.
+//  2. records (records_kernel.cuh): tensor-core split-KV over the tokens served by records (cold
+//     pool + transition pages), every K/V byte read once per KV head for the whole GQA group;
+//  3. tail: the hot ring rows and the new tokens (at most R + 16 tokens per sequence), read in
+//     the model dtype element by element through token_key / token_value (the host reference's
+//     functions), causal over the new tokens; written as one more split;
+//  4. merge: combines the splits of every (token, query head) exactly (log-sum-exp) and writes out.
+// A configuration the records kernel does not serve (RecordTile::supported: key groups that are
+// not a multiple of 16 tokens, value groups smaller than a packed word) runs the element-wise
+// kernel over all its tokens instead; every compiled configuration of this repository takes the
+// records path.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,25 +22,12 @@
 #include "kvq/append/page_encoder.cuh"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/decode/decode.hpp"
+#include "kvq/decode/records_kernel.cuh"
+#include "kvq/decode/workspace.cuh"
 #include "kvq/quant/element_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
-
-constexpr int kDecodeWarps = 4;
-
-struct DecodeWorkspace {
-  uint8_t* transition;  // [batch][transition_pages][num_kv_heads][record_bytes]
-  float* partial;       // [splits][total_q][num_q_heads][head_dim]
-  float* stats;         // [splits][total_q][num_q_heads][2] (max, sum)
-  int32_t* status;      // [batch] non-zero: sequence rejected
-};
-
-inline DecodeWorkspace carve(const DecodePlan& p, void* ws) {
-  uint8_t* base = static_cast<uint8_t*>(ws);
-  return DecodeWorkspace{base + p.transition_offset, reinterpret_cast<float*>(base + p.partial_offset),
-                         reinterpret_cast<float*>(base + p.stats_offset), reinterpret_cast<int32_t*>(base + p.status_offset)};
-}
 
 template <class Cfg>
 __global__ void __launch_bounds__(256) KVQ_HIDDEN
@@ -62,10 +53,13 @@ KVQ_DEVICE float warp_sum(float x) {
   return x;
 }
 
+// Element-wise kernel. tail = true: the tokens after the records, [records_end, len + q_len),
+// into slot max_splits. tail = false: split `blockIdx.x` of all tokens (configurations the
+// records kernel does not serve). Warps take tokens round-robin, lanes take channels.
 template <class Cfg>
 __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
-    decode_split_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
-                        DecodeWorkspace ws, uint32_t* flags) {
+    decode_elementwise_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
+                              DecodeWorkspace ws, uint32_t* flags, bool tail) {
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page, RT = kDecodeRowsPerCta, J = D / 32;
   __shared__ SeqAttention s;
@@ -73,31 +67,21 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   __shared__ float qs[RT][D];
   __shared__ float red_m[kDecodeWarps][RT], red_l[kDecodeWarps][RT];
   __shared__ float red_acc[kDecodeWarps][RT][D];
-  const int split = blockIdx.x, b = blockIdx.y;
+  const int split = tail ? plan.max_splits : int(blockIdx.x), b = blockIdx.y;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
   const int h = blockIdx.z / row_tiles, tile = blockIdx.z % row_tiles;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     s = resolve_attention(v, a, b, P);
-    bad = s.status != Status::kSuccess || s.q_len > plan.shape.max_q_len || s.q0 + s.q_len > plan.shape.total_q ||
-          s.len + s.q_len > int64_t(plan.max_splits) * plan.split_tokens;
+    bad = sequence_exceeds_plan(s, plan);
   }
   __syncthreads();
-  const int64_t start = int64_t(split) * plan.split_tokens;
-  const int64_t end = bad ? start : (s.len + s.q_len < start + plan.split_tokens ? s.len + s.q_len : start + plan.split_tokens);
-  // Page ids this CTA will read from the pool.
-  const int64_t pool_end = s.cold < s.len ? s.cold : s.len;
-  bool ok = !bad;
-  for (int64_t pg = start / P + threadIdx.x; ok && pg * P < (end < pool_end ? end : pool_end); pg += blockDim.x) {
-    const int32_t id = v.block_table[int64_t(b) * v.max_pages_per_seq + pg];
-    ok = id >= 0 && id < v.num_pages;
-  }
-  if (!__syncthreads_and(ok)) {
-    if (threadIdx.x == 0) {
-      ws.status[b] = 1;
-      atomicOr(flags, uint32_t(kFlagBadSequence));
-    }
+  const int64_t all_end = s.len + s.q_len;
+  const int64_t start = bad ? 0 : tail ? records_end(s) : int64_t(split) * plan.split_tokens;
+  const int64_t end = bad ? 0 : tail ? all_end : (all_end < start + plan.split_tokens ? all_end : start + plan.split_tokens);
+  if (!pages_valid(v, b, s, bad, start, end, P)) {
+    if (threadIdx.x == 0) reject_sequence(ws, b, flags);
     return;
   }
   const int rows = group * s.q_len;
@@ -158,45 +142,42 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   for (int idx = threadIdx.x; idx < RT * D; idx += blockDim.x) {
     const int r = idx / D, c = idx % D, rg = row0 + r;
     if (rg >= rows) continue;
-    float mx = -INFINITY;
-    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, red_m[w][r]);
-    float o = 0.0f, sum = 0.0f;
-    if (mx != -INFINITY)
-      for (int w = 0; w < kDecodeWarps; ++w) {
-        const float e = __expf(red_m[w][r] - mx);
-        o += red_acc[w][r][c] * e;
-        sum += red_l[w][r] * e;
-      }
-    const size_t row = (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
-    const size_t slot = size_t(split) * plan.shape.total_q * a.num_q_heads + row;
-    ws.partial[slot * D + c] = o;
-    if (c == 0) {
-      ws.stats[2 * slot] = mx;
-      ws.stats[2 * slot + 1] = sum;
-    }
+    combine_warps_and_store(&red_acc[0][0][0], &red_m[0][0], &red_l[0][0], RT, D, r, c, ws, plan, split,
+                            size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
   }
 }
 
+// Slots of a sequence: records path: the record splits holding tokens, then the tail slot;
+// element-wise path: the splits of all its tokens.
 template <class Cfg>
 __global__ void KVQ_HIDDEN decode_merge_kernel(AttentionBatch<typename Cfg::dtype> a, DecodePlan plan, DecodeWorkspace ws,
-                                               typename Cfg::dtype* out) {
+                                               typename Cfg::dtype* out, bool records_path) {
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim;
   const int i = blockIdx.x, b = blockIdx.y, hq = blockIdx.z, c = threadIdx.x;
   if (ws.status[b]) return;
-  const int64_t q0 = a.cu_q[b], q_len = a.cu_q[b + 1] - q0, len = a.lengths.len[b];
-  if (i >= q_len) return;
-  const int splits = int((len + q_len + plan.split_tokens - 1) / plan.split_tokens);
-  const size_t row = size_t(q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;
+  SeqAttention s{};
+  s.len = a.lengths.len[b];
+  s.cold = a.lengths.cold[b];
+  s.q0 = a.cu_q[b];
+  s.q_len = int32_t(a.cu_q[b + 1] - s.q0);
+  if (i >= s.q_len) return;
+  s.target = cold_after(s.len + s.q_len, s.cold, plan.shape.residual, plan.page);
+  const int64_t covered = records_path ? records_end(s) : s.len + s.q_len;
+  const int splits = int((covered + plan.split_tokens - 1) / plan.split_tokens);
+  const int slots = records_path ? splits + 1 : splits;
+  const size_t row = size_t(s.q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;
+  auto slot_of = [&](int k) { return size_t(k < splits ? k : plan.max_splits); };
   float mx = -INFINITY;
-  for (int sp = 0; sp < splits; ++sp) mx = fmaxf(mx, ws.stats[2 * (sp * stride + row)]);
+  for (int k = 0; k < slots; ++k) mx = fmaxf(mx, ws.stats[2 * (slot_of(k) * stride + row)]);
   float o = 0.0f, sum = 0.0f;
-  for (int sp = 0; sp < splits; ++sp) {
-    const float ms = ws.stats[2 * (sp * stride + row)];
+  for (int k = 0; k < slots; ++k) {
+    const size_t at = slot_of(k) * stride + row;
+    const float ms = ws.stats[2 * at];
     if (ms == -INFINITY) continue;
     const float e = __expf(ms - mx);
-    o += ws.partial[(sp * stride + row) * D + c] * e;
-    sum += ws.stats[2 * (sp * stride + row) + 1] * e;
+    o += ws.partial[at * D + c] * e;
+    sum += ws.stats[2 * at + 1] * e;
   }
   out[row * D + c] = T::from_float(o / sum);
 }
@@ -223,21 +204,50 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   const detail::DecodeWorkspace ws = detail::carve(plan, workspace);
   if (cudaMemsetAsync(ws.status, 0, size_t(batch.batch) * 4, stream) != cudaSuccess) return Status::kCudaError;
   const int group = batch.num_q_heads / cache.num_kv_heads;
-  const int row_tiles = (group * plan.shape.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
+  const int row_tiles8 = (group * plan.shape.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
   const unsigned nb = unsigned(batch.batch);
   detail::decode_transition_kernel<Cfg>
       <<<dim3(unsigned(plan.transition_pages), nb, unsigned(cache.num_kv_heads)), 256, 0, stream>>>(cache, batch, plan, ws);
-  detail::decode_split_kernel<Cfg><<<dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles)),
-                                     detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
-  detail::decode_merge_kernel<Cfg>
-      <<<dim3(unsigned(plan.shape.max_q_len), nb, unsigned(batch.num_q_heads)), D, 0, stream>>>(batch, plan, ws, out);
+  constexpr bool records_path = detail::RecordTile<Cfg>::supported;
+  if constexpr (records_path) {
+    const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;
+    const dim3 grid(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles));
+    if (plan.rows_per_cta == 16 && D <= 128) {
+      if (detail::launch_records<Cfg, D <= 128 ? 2 : 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess)
+        return Status::kCudaError;
+    } else if (detail::launch_records<Cfg, 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess) {
+      return Status::kCudaError;
+    }
+    detail::decode_elementwise_kernel<Cfg><<<dim3(1, nb, unsigned(cache.num_kv_heads * row_tiles8)),
+                                             detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags, true);
+  } else {
+    detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles8)),
+                                             detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags, false);
+  }
+  detail::decode_merge_kernel<Cfg><<<dim3(unsigned(plan.shape.max_q_len), nb, unsigned(batch.num_q_heads)), D, 0, stream>>>(
+      batch, plan, ws, out, records_path);
   return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
+}
+
+template <class Cfg>
+Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
+  int ctas_per_sm = 4;
+  if constexpr (detail::RecordTile<Cfg>::supported) {
+    if (shape.num_kv_heads > 0 && shape.num_q_heads % shape.num_kv_heads == 0 && shape.max_q_len > 0) {
+      const bool wide = decode_rows_per_cta(Cfg::head_dim, shape.num_q_heads / shape.num_kv_heads, shape.max_q_len) == 16;
+      const Status st = wide && Cfg::head_dim <= 128 ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm)
+                                                     : detail::records_occupancy<Cfg, 1>(&ctas_per_sm);
+      if (st != Status::kSuccess) return st;
+    }
+  }
+  return plan_decode(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, plan, ctas_per_sm > 0 ? ctas_per_sm : 1);
 }
 
 #define KVQ_INSTANTIATE_DECODE(Cfg)                                                                           \
   template ::kvq::Status kvq::decode<Cfg>(const ::kvq::CacheView<typename Cfg::dtype>&,                      \
                                          const ::kvq::AttentionBatch<typename Cfg::dtype>&,                  \
                                          const ::kvq::DecodePlan&, void*, size_t, typename Cfg::dtype*, uint32_t*, \
-                                         cudaStream_t)
+                                         cudaStream_t);                                                       \
+  template ::kvq::Status kvq::plan_decode<Cfg>(const ::kvq::DecodeShape&, ::kvq::DecodePlan*)
 
 KVQ_NAMESPACE_END

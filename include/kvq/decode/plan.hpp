@@ -17,7 +17,13 @@
 KVQ_NAMESPACE_BEGIN
 
 constexpr int kDecodeMaxQLen = 16;    // speculative decoding: up to 16 new tokens per sequence
-constexpr int kDecodeRowsPerCta = 8;  // query rows (GQA heads x new tokens) one CTA carries
+constexpr int kDecodeRowsPerCta = 8;  // query rows (GQA heads x new tokens) one element-wise CTA carries
+
+// Query rows one CTA of the tensor-core records kernel carries: 16 when the group x q_len needs
+// more than 8 and the head dim leaves registers for two row tiles, else 8.
+constexpr int decode_rows_per_cta(int head_dim, int group, int max_q_len) {
+  return head_dim <= 128 && group * max_q_len > 8 ? 16 : 8;
+}
 
 struct DecodeShape {
   int32_t batch;          // sequences (upper bound)
@@ -32,13 +38,15 @@ struct DecodeShape {
 
 // Workspace layout (all offsets 256-byte aligned, sizes in bytes):
 //   transition records [batch][R/P + 1][num_kv_heads][record_bytes]   pages turning cold this step
-//   partial outputs    [splits][total_q][num_q_heads][head_dim] fp32  unnormalised
-//   partial max/sum    [splits][total_q][num_q_heads][2] fp32
+//   partial outputs    [splits + 1][total_q][num_q_heads][head_dim] fp32  unnormalised
+//   partial max/sum    [splits + 1][total_q][num_q_heads][2] fp32
+// (slot `splits` holds the tail: hot rows and new tokens)
 //   sequence status    [batch] int32
 struct DecodePlan {
   DecodeShape shape;
   int32_t head_dim, page;
   size_t record_bytes;
+  int32_t rows_per_cta;      // query rows per records CTA (decode_rows_per_cta)
   int32_t split_tokens;      // tokens per split (a multiple of the page)
   int32_t max_splits;        // splits of the longest sequence
   int32_t transition_pages;  // R/P + 1
@@ -47,7 +55,9 @@ struct DecodePlan {
 
 constexpr size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
 
-// kv_work_target: CTAs the split aims for (a few per multiprocessor keeps every SM streaming).
+// ctas_per_sm: CTAs of the split kernel one multiprocessor holds at once (kvq::plan_decode<Cfg>
+// asks the CUDA occupancy calculator). The split count fills exactly one wave: floor, not ceil,
+// since one CTA past the wave doubles the time of the whole launch.
 inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t record_bytes, DecodePlan* plan,
                           int ctas_per_sm = 4) {
   if (!plan) return Status::kNullPointer;
@@ -62,10 +72,11 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   p.page = page;
   p.record_bytes = record_bytes;
   const int group = s.num_q_heads / s.num_kv_heads;
-  const int64_t row_tiles = (int64_t(group) * s.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
+  p.rows_per_cta = decode_rows_per_cta(head_dim, group, s.max_q_len);
+  const int64_t row_tiles = (int64_t(group) * s.max_q_len + p.rows_per_cta - 1) / p.rows_per_cta;
   const int64_t ctas_without_split = int64_t(s.batch > 0 ? s.batch : 1) * s.num_kv_heads * row_tiles;
   const int64_t pages = (s.max_tokens + page - 1) / page;
-  int64_t splits = (int64_t(s.num_sms) * ctas_per_sm + ctas_without_split - 1) / ctas_without_split;
+  int64_t splits = int64_t(s.num_sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1) / ctas_without_split;
   if (splits > pages) splits = pages;
   if (splits < 1) splits = 1;
   p.split_tokens = int32_t(((pages + splits - 1) / splits) * page);
@@ -76,8 +87,9 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
   p.transition_offset = 0;
   p.partial_offset = align256(size_t(s.batch) * p.transition_pages * s.num_kv_heads * record_bytes);
-  p.stats_offset = p.partial_offset + align256(size_t(p.max_splits) * rows * head_dim * 4);
-  p.status_offset = p.stats_offset + align256(size_t(p.max_splits) * rows * 2 * 4);
+  const size_t slots = size_t(p.max_splits) + 1;
+  p.stats_offset = p.partial_offset + align256(slots * rows * head_dim * 4);
+  p.status_offset = p.stats_offset + align256(slots * rows * 2 * 4);
   p.workspace_bytes = p.status_offset + align256(size_t(s.batch) * 4);
   *plan = p;
   return Status::kSuccess;

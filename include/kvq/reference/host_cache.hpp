@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvq/cache/rollback.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
 
@@ -72,9 +73,10 @@ class HostCache {
     len[size_t(b)] += int32_t(num_new);
   }
 
-  // Speculative-decoding rollback: O(1), nothing moves. Fails (false) below the cold length.
+  // Speculative-decoding rollback (kvq/cache/rollback.hpp): O(1), nothing moves. Fails (false)
+  // below the cold length or above the length.
   bool rollback(int b, int64_t new_len) {
-    if (new_len < cold_len[size_t(b)] || new_len > len[size_t(b)]) return false;
+    if (check_rollback(len[size_t(b)], cold_len[size_t(b)], new_len) != Status::kSuccess) return false;
     len[size_t(b)] = int32_t(new_len);
     return true;
   }

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Turns a Google Benchmark JSON of kvq_bench_decode into bench/results/decode.csv (the issue's
+columns) and a markdown table, with PyTorch SDPA's times (bench/sdpa_decode.py CSV) beside them.
+
+usage: bench/decode_csv.py RUN.json --csv OUT.csv [--sdpa SDPA.csv] --commit C --gpu NAME
+Medians only. bytes: what the kernel must read (bench/decode_bench.cuh); pct_bw: % of the copy
+kernel's bandwidth measured in the same process; speedup_vs_none: time(none) / time(format)."""
+import argparse
+import csv
+import json
+
+ap = argparse.ArgumentParser()
+ap.add_argument("json")
+ap.add_argument("--csv", required=True)
+ap.add_argument("--sdpa")
+ap.add_argument("--commit", default="")
+ap.add_argument("--gpu", default="")
+args = ap.parse_args()
+run = json.load(open(args.json))
+rows, copy_bw = [], []
+for b in run["benchmarks"]:
+    if b.get("aggregate_name") != "median" or not b["run_name"].startswith("decode/"):
+        continue
+    _, fmt, batch, ctx, qlen = b["run_name"].removesuffix("/manual_time").split("/")
+    rows.append(dict(format=fmt, batch=int(batch.split(":")[1]), context=int(ctx.split(":")[1]),
+                     q_len=int(qlen.split(":")[1]), time_us=b["real_time"], bytes=b["bytes"], gbps=b["GBps"],
+                     pct_bw=100.0 * b["GBps"] / b["copy_GBps"]))
+    copy_bw.append(b["copy_GBps"])
+none = {(r["batch"], r["context"], r["q_len"]): r["time_us"] for r in rows if r["format"] == "none"}
+sdpa = {}
+if args.sdpa:
+    for r in csv.DictReader(open(args.sdpa)):
+        sdpa[(int(r["batch"]), int(r["context"]), int(r["q_len"]))] = float(r["time_us"])
+date = run["context"]["date"][:10]
+with open(args.csv, "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow("kernel,format,head_dim,page,q_heads,kv_heads,batch,context,q_len,time_us,bytes,gbps,pct_bw,"
+               "speedup_vs_none,gpu,commit,date".split(","))
+    for r in rows:
+        key = (r["batch"], r["context"], r["q_len"])
+        w.writerow(["decode", r["format"], 128, 64, 32, 8, r["batch"], r["context"], r["q_len"], f"{r['time_us']:.2f}",
+                    int(r["bytes"]), f"{r['gbps']:.1f}", f"{r['pct_bw']:.2f}",
+                    f"{none[key] / r['time_us']:.3f}" if key in none else "", args.gpu, args.commit, date])
+print("| format | q_len | batch | context | time (us) | bytes | GB/s | % of copy bw | speedup vs none | SDPA bf16 (us) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for r in sorted(rows, key=lambda r: (r["q_len"], ["none", "int8", "int4", "int2", "k4v2"].index(r["format"]),
+                                     r["batch"], r["context"])):
+    key = (r["batch"], r["context"], r["q_len"])
+    s = f"{sdpa[key]:.0f}" if key in sdpa else ""
+    sp = f"{none[key] / r['time_us']:.2f}x" if key in none else ""
+    print(f"| {r['format']} | {r['q_len']} | {r['batch']} | {r['context']} | {r['time_us']:.0f} | "
+          f"{r['bytes'] / 1e6:.1f} MB | {r['gbps']:.0f} | {r['pct_bw']:.1f} % | {sp} | {s} |")
+if copy_bw:
+    print(f"\ncopy-kernel bandwidth in this run: {min(copy_bw):.0f}-{max(copy_bw):.0f} GB/s; date {run['context']['date']}")

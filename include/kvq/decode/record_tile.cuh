@@ -1,0 +1,233 @@
+// kvq/decode/record_tile.cuh - a 16-token tile of one cold record (one page x one KV head),
+// staged in shared memory, and the tensor-core operands the decode kernel reads from it.
+//
+// Staged tile (every part a multiple of 16 bytes, copied with 16-byte cp.async):
+//   k_codes : 16 tokens of K codes, token-major, as in the record
+//   k_params: INT2/INT4: scale[D] then zero[D] of the tile's key group (fp16), copied only on the
+//             first tile of a group; INT8: 16 fp32 token scales; "none": empty
+//   v_codes : 16 tokens of V codes (8 token pairs for INT2/INT4, pair-major, as in the record)
+//   v_params: INT2/INT4: scale[16][D/Gv] then zero[16][D/Gv] (fp16); INT8: 16 fp32 scales
+//
+// Operands (mma.cuh has the fragment layouts; g = lane / 4, i = lane % 4):
+//   K tile as A of S^T = K Q^T (rows = tokens, k = channels). Lane (g, i) reads tokens g and g+8
+//     and only its own quarter of each row: D/4 channels (k_word_offset); its pair j feeds the
+//     virtual k index 2i (+8 for odd j) of k-step j/2. The Q operand uses the same channel map
+//     (k_channel), so the product is the ordinary dot product.
+//   V tile as A of O^T = V^T P^T (rows = channels, k = tokens). Lane (g, i) reads token pairs i
+//     and i+4 and only its own eighth of each row: D/8 channels (v_channel); m-tile mt row g is
+//     its channel 2mt, row g+8 its channel 2mt+1. A packed INT2/INT4 V word already holds a
+//     channel of a token pair in its two half-words (quant/packing.hpp), so one shift and one
+//     mask give the pair.
+// INT2/INT4 codes become (magic + code) in one OR (Half2Consts); keys keep the magic offset and
+// the kernel removes it with the per-group bias, values subtract it exactly before the scale.
+#pragma once
+
+#include <cstdint>
+
+#include "kvq/cache/config.hpp"
+#include "kvq/decode/mma.cuh"
+#include "kvq/quant/formats.hpp"
+
+KVQ_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Cfg>
+struct RecordTile {
+  using T = typename Cfg::dtype;
+  using KQ = typename Cfg::k_quant;
+  using VQ = typename Cfg::v_quant;
+  using H = Half2Consts<T>;
+  static constexpr int D = Cfg::head_dim, P = Cfg::page, kTokens = 16;
+  static constexpr bool k_asym = KQ::kind == QuantKind::kAsym, k_int8 = KQ::kind == QuantKind::kInt8;
+  static constexpr bool v_asym = VQ::kind == QuantKind::kAsym, v_int8 = VQ::kind == QuantKind::kInt8;
+
+  // Whether this kernel family serves the configuration: a 16-token tile must lie in one key
+  // group, and a packed V word (8 or 4 channels) in one value group.
+  static constexpr bool supported = (!k_asym || KQ::group % kTokens == 0) && (!v_asym || VQ::group % (16 / VQ::bits) == 0);
+
+  // ---- staged bytes ----
+  static constexpr int k_row = D * KQ::bits / 8;  // one token's K codes
+  static constexpr int v_row = D * VQ::bits / 8;  // one token's V codes
+  static constexpr int v_groups = v_asym ? D / VQ::group : 1;
+  static constexpr int k_param_bytes = k_asym ? 4 * D : k_int8 ? 4 * kTokens : 0;
+  static constexpr int v_param_part = v_asym ? kTokens * v_groups * 2 : v_int8 ? 4 * kTokens : 0;
+  static constexpr int v_param_bytes = v_asym ? 2 * v_param_part : v_param_part;
+  static constexpr int kc = 0;
+  static constexpr int kp = kc + kTokens * k_row;
+  static constexpr int vc = kp + k_param_bytes;
+  static constexpr int vp = vc + kTokens * v_row;
+  static constexpr int bytes = vp + v_param_bytes;
+  static_assert(kp % 16 == 0 && vc % 16 == 0 && vp % 16 == 0 && bytes % 16 == 0, "tile parts are 16-byte chunks");
+
+  template <int Bytes>
+  KVQ_DEVICE static void copy_part(uint8_t* dst, const uint8_t* src, int lane) {
+    static_assert(Bytes % 16 == 0, "16-byte chunks");
+    for (int c = lane; c < Bytes / 16; c += 32) cp_async16(dst + 16 * c, src + 16 * c);
+  }
+
+  // Issues the copies of tile t0 (token offset in the page, a multiple of 16) of `record`.
+  KVQ_DEVICE static void copy(uint8_t* dst, const uint8_t* record, int t0, int lane) {
+    constexpr RecordOffsets o = Cfg::record;
+    copy_part<kTokens * k_row>(dst + kc, record + o.k_codes + size_t(t0) * k_row, lane);
+    if constexpr (k_asym) {
+      if (t0 % KQ::group == 0) copy_part<k_param_bytes>(dst + kp, record + o.k_params + size_t(t0 / KQ::group) * 4 * D, lane);
+    } else if constexpr (k_int8) {
+      copy_part<k_param_bytes>(dst + kp, record + o.k_params + size_t(t0) * 4, lane);
+    }
+    copy_part<kTokens * v_row>(dst + vc, record + o.v_codes + size_t(t0) * v_row, lane);
+    if constexpr (v_asym) {
+      copy_part<v_param_part>(dst + vp, record + o.v_params + size_t(t0) * v_groups * 2, lane);
+      copy_part<v_param_part>(dst + vp + v_param_part, record + o.v_params + size_t(P + t0) * v_groups * 2, lane);
+    } else if constexpr (v_int8) {
+      copy_part<v_param_part>(dst + vp, record + o.v_params + size_t(t0) * 4, lane);
+    }
+  }
+
+  // ---- K operand ----
+  static constexpr int k_share = k_row / 4;  // bytes of a K row lane i reads
+  static constexpr int k_words = k_share / 4;
+  static constexpr bool k_chunked = k_share > 16;
+  static constexpr int k_pairs_per_word = 16 / KQ::bits;  // "none": 1, INT8: 2, INT4: 4, INT2: 8
+  static_assert(k_words * k_pairs_per_word == D / 8, "a lane holds D/8 channel pairs");
+
+  KVQ_DEVICE static int k_word_offset(int i, int w) {
+    return k_chunked ? (i + 4 * (w / 4)) * 16 + 4 * (w % 4) : i * k_share + 4 * w;
+  }
+  // Channel of lane i's pair j (j = 2 * kstep + half).
+  KVQ_DEVICE static int k_channel(int i, int j) {
+    return k_word_offset(i, j / k_pairs_per_word) * 8 / KQ::bits + 2 * (j % k_pairs_per_word);
+  }
+
+  template <int N>
+  KVQ_DEVICE static void load_words(const uint8_t* p, uint32_t (&w)[N]) {
+    if constexpr (N % 4 == 0) {
+      KVQ_UNROLL
+      for (int m = 0; m < N / 4; ++m) {
+        const uint4 x = *reinterpret_cast<const uint4*>(p + 16 * m);
+        w[4 * m] = x.x, w[4 * m + 1] = x.y, w[4 * m + 2] = x.z, w[4 * m + 3] = x.w;
+      }
+    } else if constexpr (N == 2) {
+      const uint2 x = *reinterpret_cast<const uint2*>(p);
+      w[0] = x.x, w[1] = x.y;
+    } else {
+      w[0] = *reinterpret_cast<const uint32_t*>(p);
+    }
+  }
+
+  // Lane i's words of token r's K row.
+  KVQ_DEVICE static void load_k(const uint8_t* tile, int r, int i, uint32_t (&w)[k_words]) {
+    const uint8_t* row = tile + kc + r * k_row;
+    if constexpr (k_chunked) {
+      KVQ_UNROLL
+      for (int m = 0; m < k_words / 4; ++m) {
+        uint32_t c[4];
+        load_words(row + (i + 4 * m) * 16, c);
+        KVQ_UNROLL
+        for (int e = 0; e < 4; ++e) w[4 * m + e] = c[e];
+      }
+    } else {
+      load_words(row + i * k_share, w);
+    }
+  }
+
+  // INT8 bytes e0 (low half) and e1 (high half) of x as an exact pair of T.
+  KVQ_DEVICE static uint32_t int8_pair(uint32_t x, uint32_t y, int e0, int e1) {
+    const uint32_t t = __byte_perm(x, y, uint32_t(e0) | (uint32_t(e1) << 8));
+    const uint32_t lo = (t & 0x007f007fu) | H::magic, hi = (t & 0x00800080u) | H::magic;
+    return hfma2<T>(hi, H::neg_one, lo);  // (magic + low 7 bits) - (magic + 128 * sign)
+  }
+
+  // Pair j of lane i as A operand: INT2/INT4 (magic + code), INT8 the code, "none" the values.
+  KVQ_DEVICE static uint32_t k_pair(const uint32_t (&w)[k_words], int j) {
+    const uint32_t x = w[j / k_pairs_per_word];
+    const int pw = j % k_pairs_per_word;
+    if constexpr (k_asym) {
+      constexpr uint32_t mask = uint32_t((1 << KQ::bits) - 1) * 0x00010001u;
+      return ((x >> (KQ::bits * pw)) & mask) | H::magic;
+    } else if constexpr (k_int8) {
+      return int8_pair(x, x, 2 * pw, 2 * pw + 1);
+    } else {
+      return x;
+    }
+  }
+
+  // ---- V operand ----
+  static constexpr bool v_packed = v_asym;
+  static constexpr int v_unit = v_packed ? 2 * v_row : v_row;  // a token pair (packed) or a token row
+  static constexpr int v_share = v_unit / 8;                   // bytes of a unit lane g reads
+  static constexpr int v_words = v_share / 4;
+  static constexpr bool v_chunked = v_share > 16;
+  static constexpr int v_cpw = v_packed ? 16 / VQ::bits : 32 / VQ::bits;  // channels per word of a unit
+  static_assert(v_words * v_cpw == D / 8, "a lane holds D/8 channels");
+
+  KVQ_DEVICE static int v_word_offset(int g, int w) {
+    return v_chunked ? (g + 8 * (w / 4)) * 16 + 4 * (w % 4) : g * v_share + 4 * w;
+  }
+  // Channel of lane g's list index u (m-tile mt: rows g / g+8 are u = 2mt / 2mt+1).
+  KVQ_DEVICE static int v_channel(int g, int u) { return v_word_offset(g, u / v_cpw) / 4 * v_cpw + u % v_cpw; }
+
+  KVQ_DEVICE static void load_v_unit(const uint8_t* unit, int g, uint32_t (&w)[v_words]) {
+    if constexpr (v_chunked) {
+      KVQ_UNROLL
+      for (int m = 0; m < v_words / 4; ++m) {
+        uint32_t c[4];
+        load_words(unit + (g + 8 * m) * 16, c);
+        KVQ_UNROLL
+        for (int e = 0; e < 4; ++e) w[4 * m + e] = c[e];
+      }
+    } else {
+      load_words(unit + g * v_share, w);
+    }
+  }
+
+  // What lane (g, i) holds of one token pair p of the tile: its words and the pair's scales.
+  struct VPair {
+    uint32_t w0[v_words];  // packed: the pair's words; else token 2p's row
+    uint32_t w1[v_words];  // else: token 2p+1's row (unused when packed)
+    uint32_t s[v_packed ? v_words : 1], z[v_packed ? v_words : 1];  // per word: (scale, zero) of tokens (2p, 2p+1)
+  };
+
+  KVQ_DEVICE static void load_v(const uint8_t* tile, int p, int g, VPair& v) {
+    if constexpr (v_packed) {
+      load_v_unit(tile + vc + p * v_unit, g, v.w0);
+      const uint16_t* sc = reinterpret_cast<const uint16_t*>(tile + vp);
+      const uint16_t* ze = sc + kTokens * v_groups;
+      constexpr bool one_group = !v_chunked && VQ::group % (D / 8) == 0;
+      KVQ_UNROLL
+      for (int w = 0; w < v_words; ++w) {
+        if (one_group && w > 0) {
+          v.s[w] = v.s[0], v.z[w] = v.z[0];
+          continue;
+        }
+        const int G = v_channel(g, w * v_cpw) / VQ::group;
+        v.s[w] = params_pair<T>(sc[(2 * p) * v_groups + G], sc[(2 * p + 1) * v_groups + G]);
+        v.z[w] = params_pair<T>(ze[(2 * p) * v_groups + G], ze[(2 * p + 1) * v_groups + G]);
+      }
+    } else {
+      load_v_unit(tile + vc + (2 * p) * v_unit, g, v.w0);
+      load_v_unit(tile + vc + (2 * p + 1) * v_unit, g, v.w1);
+      if constexpr (v_int8) {
+        const float* sc = reinterpret_cast<const float*>(tile + vp);
+        v.s[0] = pack2<T>(sc[2 * p], sc[2 * p + 1]);
+      }
+    }
+  }
+
+  // Channel u of the pair as A operand: (token 2p, token 2p+1), dequantized in T.
+  KVQ_DEVICE static uint32_t v_pair(const VPair& v, int u) {
+    const int w = u / v_cpw, e = u % v_cpw;
+    if constexpr (v_packed) {
+      constexpr uint32_t mask = uint32_t((1 << VQ::bits) - 1) * 0x00010001u;
+      const uint32_t x = ((v.w0[w] >> (VQ::bits * e)) & mask) | H::magic;
+      const uint32_t code = hfma2<T>(x, H::one, H::neg_magic);  // exact
+      return hfma2<T>(code, v.s[w], v.z[w]);
+    } else if constexpr (v_int8) {
+      return hmul2<T>(int8_pair(v.w0[w], v.w1[w], e, 4 + e), v.s[0]);
+    } else {
+      return __byte_perm(v.w0[w], v.w1[w], e ? 0x7632u : 0x5410u);
+    }
+  }
+};
+
+}  // namespace detail
+KVQ_NAMESPACE_END

@@ -1,0 +1,307 @@
+// kvq/decode/records_kernel.cuh - the tensor-core split kernel of decode attention over the
+// tokens the cache serves from records (the cold pool and the pages turning cold in this step).
+//
+// CTA = (split, sequence, KV head x row tile). Its rows are up to 8 * NT query rows of one KV
+// head (GQA heads x new tokens), so every K/V byte of the split is read once for all of them.
+// Each of the 4 warps streams whole pages of the split (warp w takes pages w, w+4, ...), 16
+// tokens at a time, through its own ring of shared-memory stages filled by cp.async:
+//   S^T (16 tokens x 8 rows)  = K_tile . Q^T     mma.m16n8k16, keys as A, fp32 accumulators
+//   online softmax per row (max over the 16 tokens by shuffles), P^T transposed by movmatrix
+//   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
+// Keys: INT2/INT4 codes enter the mma as (magic + code); the per-channel scale is folded into
+// the query (Q' = q * scale, once per key group) and the zero point plus the magic offset into a
+// per-row bias (sum q * zero in fp32, minus magic * sum Q' by one more mma), so a key pair costs
+// one shift and one OR. INT8 keys enter as exact codes and the token scale multiplies S.
+// Values are dequantized in registers (shift, OR, exact subtract, one fma with the token's
+// scale and zero). The split's partial output and (max, sum) per row go to the workspace; the
+// merge kernel of decode_impl.cuh combines splits and the tail (hot rows + new tokens).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kvq/attention/token_source.hpp"
+#include "kvq/decode/plan.hpp"
+#include "kvq/decode/record_tile.cuh"
+#include "kvq/decode/workspace.cuh"
+
+KVQ_NAMESPACE_BEGIN
+namespace detail {
+
+// Shared memory of the records kernel (dynamic): staged queries, then either the warps' stage
+// rings (main loop) or the cross-warp reduction (epilogue).
+template <class Cfg, int NT>
+struct RecordsSmem {
+  using Tile = RecordTile<Cfg>;
+  static constexpr int rows = 8 * NT;
+  static constexpr int D = Cfg::head_dim;
+  static constexpr int stages = 12288 / Tile::bytes < 2 ? 2 : 12288 / Tile::bytes > 6 ? 6 : 12288 / Tile::bytes;
+  static constexpr size_t q_bytes = size_t(rows) * D * 4;
+  static constexpr size_t ring_bytes = size_t(kDecodeWarps) * stages * Tile::bytes;
+  static constexpr size_t red_bytes = size_t(kDecodeWarps) * rows * (D + 2) * 4;
+  static constexpr size_t bytes = q_bytes + (ring_bytes > red_bytes ? ring_bytes : red_bytes);
+};
+
+template <class Cfg, int NT>
+__global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
+    decode_records_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
+                          DecodeWorkspace ws, uint32_t* flags) {
+  using T = typename Cfg::dtype;
+  using Tile = RecordTile<Cfg>;
+  using L = RecordsSmem<Cfg, NT>;
+  using H = Half2Consts<T>;
+  constexpr int D = Cfg::head_dim, P = Cfg::page, ROWS = 8 * NT, KS = D / 16, MT = D / 16, S = L::stages;
+  constexpr int TPP = P / 16;  // tiles per page
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* qs = reinterpret_cast<float*>(smem);  // [ROWS][D]
+  __shared__ SeqAttention s;
+  __shared__ int bad;
+
+  const int split = blockIdx.x, b = blockIdx.y;
+  const int group = a.num_q_heads / v.num_kv_heads;
+  const int row_tiles = (group * plan.shape.max_q_len + ROWS - 1) / ROWS;
+  const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * ROWS;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
+  if (threadIdx.x == 0) {
+    s = resolve_attention(v, a, b, P);
+    bad = sequence_exceeds_plan(s, plan);
+  }
+  __syncthreads();
+  const int64_t rec_end = bad ? 0 : records_end(s);
+  const int64_t start = int64_t(split) * plan.split_tokens;
+  const int64_t end = rec_end < start + plan.split_tokens ? rec_end : start + plan.split_tokens;
+  if (!pages_valid(v, b, s, bad, start, end, P)) {
+    if (threadIdx.x == 0) reject_sequence(ws, b, flags);
+    return;
+  }
+  const int rows = group * s.q_len;
+  if (start >= end || row0 >= rows) return;  // the merge reads only the splits that hold tokens
+
+  for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D, rg = row0 + r;
+    qs[idx] = rg < rows ? a.q[(size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + c].to_float() : 0.0f;
+  }
+  __syncthreads();
+  const int active_nt = (rows - row0 + 7) / 8 < NT ? (rows - row0 + 7) / 8 : NT;
+
+  // Query operand: raw (INT8 / "none" keys) or scaled per key group (INT2 / INT4 keys).
+  uint32_t qb[NT][KS][2];
+  float bias[NT][2];
+  KVQ_UNROLL
+  for (int nt = 0; nt < NT; ++nt) {
+    bias[nt][0] = bias[nt][1] = 0.0f;
+    KVQ_UNROLL
+    for (int kk = 0; kk < KS; ++kk)
+      KVQ_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        const int c = Tile::k_channel(i, 2 * kk + hh);
+        const float2 q2 = *reinterpret_cast<const float2*>(&qs[(nt * 8 + g) * D + c]);
+        qb[nt][kk][hh] = pack2<T>(q2.x, q2.y);
+      }
+  }
+
+  float m[NT][2], l[NT][2], o[NT][MT][4];
+  KVQ_UNROLL
+  for (int nt = 0; nt < NT; ++nt) {
+    m[nt][0] = m[nt][1] = -INFINITY;
+    l[nt][0] = l[nt][1] = 0.0f;
+    KVQ_UNROLL
+    for (int mt = 0; mt < MT; ++mt) o[nt][mt][0] = o[nt][mt][1] = o[nt][mt][2] = o[nt][mt][3] = 0.0f;
+  }
+  const float scale_log2 = a.softmax_scale * 1.4426950408889634f;
+  const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
+  uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
+  const int64_t first_page = start / P + warp;
+
+  auto tile_token = [&](int n) -> int64_t { return (first_page + 4 * (n / TPP)) * P + 16 * (n % TPP); };
+  auto issue = [&](int n) {
+    const int64_t t = tile_token(n);
+    if (t < end) {
+      const int64_t page = t / P;
+      const uint8_t* record =
+          page * P < s.cold
+              ? v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + page], h, v.num_kv_heads, Cfg::record_bytes)
+              : transition + record_offset(page - s.cold / P, h, v.num_kv_heads, Cfg::record_bytes);
+      Tile::copy(ring + (n % S) * Tile::bytes, record, int(t % P), lane);
+    }
+    cp_async_commit();
+  };
+
+  KVQ_UNROLL
+  for (int n = 0; n < S - 1; ++n) issue(n);
+  for (int n = 0; tile_token(n) < end; ++n) {
+    issue(n + S - 1);
+    cp_async_wait<S - 1>();
+    __syncwarp();
+    const uint8_t* tile = ring + (n % S) * Tile::bytes;
+    const int64_t tok0 = tile_token(n);
+
+    // ---- keys: S^T = K_tile . Q^T ----
+    if constexpr (Tile::k_asym) {
+      if (tok0 % Tile::KQ::group == 0) {  // new key group: Q' = q * scale, bias = q.zero - magic * sum(Q')
+        const uint16_t* ksc = reinterpret_cast<const uint16_t*>(tile + Tile::kp);
+        const uint16_t* kze = ksc + D;
+        KVQ_UNROLL
+        for (int nt = 0; nt < NT; ++nt) {
+          if (nt >= active_nt) break;
+          float zq = 0.0f;
+          KVQ_UNROLL
+          for (int kk = 0; kk < KS; ++kk)
+            KVQ_UNROLL
+            for (int hh = 0; hh < 2; ++hh) {
+              const int c = Tile::k_channel(i, 2 * kk + hh);
+              const float2 q2 = *reinterpret_cast<const float2*>(&qs[(nt * 8 + g) * D + c]);
+              const uint32_t s2 = *reinterpret_cast<const uint32_t*>(ksc + c), z2 = *reinterpret_cast<const uint32_t*>(kze + c);
+              qb[nt][kk][hh] = pack2<T>(q2.x * f16_to_f32(uint16_t(s2)), q2.y * f16_to_f32(uint16_t(s2 >> 16)));
+              zq = fmaf(q2.x, f16_to_f32(uint16_t(z2)), fmaf(q2.y, f16_to_f32(uint16_t(z2 >> 16)), zq));
+            }
+          zq += __shfl_xor_sync(0xffffffffu, zq, 1);
+          zq += __shfl_xor_sync(0xffffffffu, zq, 2);
+          float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          const uint32_t neg_magic[4] = {H::neg_magic, H::neg_magic, H::neg_magic, H::neg_magic};
+          KVQ_UNROLL
+          for (int kk = 0; kk < KS; ++kk) mma16816<T>(off, neg_magic, qb[nt][kk][0], qb[nt][kk][1]);
+          bias[nt][0] = off[0] + __shfl_sync(0xffffffffu, zq, 8 * i);
+          bias[nt][1] = off[1] + __shfl_sync(0xffffffffu, zq, 8 * i + 4);
+        }
+      }
+    }
+    float sacc[NT][4];
+    {
+      uint32_t k0[Tile::k_words], k1[Tile::k_words];
+      Tile::load_k(tile, g, i, k0);
+      Tile::load_k(tile, g + 8, i, k1);
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt) {
+        sacc[nt][0] = sacc[nt][2] = bias[nt][0];
+        sacc[nt][1] = sacc[nt][3] = bias[nt][1];
+      }
+      KVQ_UNROLL
+      for (int kk = 0; kk < KS; ++kk) {
+        const uint32_t ka[4] = {Tile::k_pair(k0, 2 * kk), Tile::k_pair(k1, 2 * kk), Tile::k_pair(k0, 2 * kk + 1),
+                                Tile::k_pair(k1, 2 * kk + 1)};
+        KVQ_UNROLL
+        for (int nt = 0; nt < NT; ++nt)
+          if (nt < active_nt) mma16816<T>(sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
+      }
+      if constexpr (Tile::k_int8) {
+        const float* ks = reinterpret_cast<const float*>(tile + Tile::kp);
+        const float s0 = ks[g], s1 = ks[g + 8];
+        KVQ_UNROLL
+        for (int nt = 0; nt < NT; ++nt) sacc[nt][0] *= s0, sacc[nt][1] *= s0, sacc[nt][2] *= s1, sacc[nt][3] *= s1;
+      }
+    }
+
+    // ---- online softmax; P^T as the B operand of the value mma ----
+    const bool ok0 = tok0 + g < end, ok1 = tok0 + g + 8 < end;
+    uint32_t pb[NT][2];
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
+      float p0[2], p1[2];
+      KVQ_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        float x0 = sacc[nt][hh], x1 = sacc[nt][2 + hh];
+        if (a.softcap > 0.0f) {
+          x0 = a.softcap * tanhf(x0 * a.softmax_scale / a.softcap) * 1.4426950408889634f;
+          x1 = a.softcap * tanhf(x1 * a.softmax_scale / a.softcap) * 1.4426950408889634f;
+        } else {
+          x0 *= scale_log2, x1 *= scale_log2;
+        }
+        x0 = ok0 ? x0 : -INFINITY;
+        x1 = ok1 ? x1 : -INFINITY;
+        float mx = fmaxf(x0, x1);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(m[nt][hh], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = exp2f(m[nt][hh] - m_use);
+        p0[hh] = exp2f(x0 - m_use);
+        p1[hh] = exp2f(x1 - m_use);
+        l[nt][hh] = l[nt][hh] * corr + p0[hh] + p1[hh];
+        m[nt][hh] = m_new;
+        KVQ_UNROLL
+        for (int mt = 0; mt < MT; ++mt) o[nt][mt][hh] *= corr, o[nt][mt][2 + hh] *= corr;
+      }
+      pb[nt][0] = movmatrix_trans(pack2<T>(p0[0], p0[1]));  // tokens 0-7:  (row g, tokens 2i, 2i+1)
+      pb[nt][1] = movmatrix_trans(pack2<T>(p1[0], p1[1]));  // tokens 8-15
+    }
+
+    // ---- values: O^T += V_tile^T . P^T ----
+    {
+      typename Tile::VPair v0, v1;
+      Tile::load_v(tile, i, g, v0);
+      Tile::load_v(tile, i + 4, g, v1);
+      KVQ_UNROLL
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint32_t va[4] = {Tile::v_pair(v0, 2 * mt), Tile::v_pair(v0, 2 * mt + 1), Tile::v_pair(v1, 2 * mt),
+                                Tile::v_pair(v1, 2 * mt + 1)};
+        KVQ_UNROLL
+        for (int nt = 0; nt < NT; ++nt)
+          if (nt < active_nt) mma16816<T>(o[nt][mt], va, pb[nt][0], pb[nt][1]);
+      }
+    }
+    __syncwarp();
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
+
+  // ---- combine the warps, write the split's partial state ----
+  float* red_o = reinterpret_cast<float*>(smem + L::q_bytes);  // [warp][ROWS][D]
+  float* red_m = red_o + kDecodeWarps * ROWS * D;              // [warp][ROWS]
+  float* red_l = red_m + kDecodeWarps * ROWS;
+  KVQ_UNROLL
+  for (int nt = 0; nt < NT; ++nt)
+    KVQ_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      float lt = l[nt][hh];
+      lt += __shfl_xor_sync(0xffffffffu, lt, 4);
+      lt += __shfl_xor_sync(0xffffffffu, lt, 8);
+      lt += __shfl_xor_sync(0xffffffffu, lt, 16);
+      const int r = nt * 8 + 2 * i + hh;
+      if (g == 0) {
+        red_m[warp * ROWS + r] = m[nt][hh] * 0.6931471805599453f;  // natural-log units, as the merge expects
+        red_l[warp * ROWS + r] = lt;
+      }
+      KVQ_UNROLL
+      for (int mt = 0; mt < MT; ++mt) {
+        red_o[(warp * ROWS + r) * D + Tile::v_channel(g, 2 * mt)] = o[nt][mt][hh];
+        red_o[(warp * ROWS + r) * D + Tile::v_channel(g, 2 * mt + 1)] = o[nt][mt][2 + hh];
+      }
+    }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D, rg = row0 + r;
+    if (rg >= rows) continue;
+    combine_warps_and_store(red_o, red_m, red_l, ROWS, D, r, c, ws, plan, split,
+                            size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
+  }
+}
+
+template <class Cfg, int NT>
+Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename Cfg::dtype>& v,
+                      const AttentionBatch<typename Cfg::dtype>& a, const DecodePlan& plan, const DecodeWorkspace& ws,
+                      uint32_t* flags) {
+  constexpr size_t bytes = RecordsSmem<Cfg, NT>::bytes;
+  if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
+      cudaSuccess)
+    return Status::kCudaError;
+  decode_records_kernel<Cfg, NT><<<grid, kDecodeWarps * 32, bytes, stream>>>(v, a, plan, ws, flags);
+  return Status::kSuccess;
+}
+
+// CTAs of the records kernel one multiprocessor holds (what the planner sizes splits by).
+template <class Cfg, int NT>
+Status records_occupancy(int* ctas_per_sm) {
+  constexpr size_t bytes = RecordsSmem<Cfg, NT>::bytes;
+  if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, decode_records_kernel<Cfg, NT>, kDecodeWarps * 32, bytes) !=
+          cudaSuccess)
+    return Status::kCudaError;
+  return Status::kSuccess;
+}
+
+}  // namespace detail
+KVQ_NAMESPACE_END

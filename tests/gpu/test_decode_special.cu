@@ -1,0 +1,198 @@
+// Decode attention cases the random tests do not reach: arguments rejected on the host, sequences
+// rejected on the device (only they are skipped), and CUDA-graph capture replayed with different
+// lengths within the plan.
+#include "decode_check.cuh"
+
+namespace {
+
+using Cfg = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>;
+using T = kvq::bf16;
+constexpr int kHeads = 2, kGroup = 4, kR = 64;
+
+struct Fixture {
+  kvq::reference::HostCache<Cfg> host;
+  kvq_test::DeviceMirror<Cfg> dev;
+  kvq_test::KvGenerator gen;
+  explicit Fixture(int batch, const std::vector<int32_t>& prompt, uint64_t seed)
+      : host(kHeads, int64_t(batch) * 80, batch, kR, 80, batch), gen(kHeads, 128, seed) {
+    for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = b;
+    dev.upload(host);
+    REQUIRE(kvq_test::step_both(host, dev, prompt, gen, false, "prompt"));
+  }
+};
+
+// A decode call's host inputs for q_len `counts` per sequence.
+struct Inputs {
+  std::vector<int32_t> cu;
+  std::vector<T> q, k, v;
+  kvq::AttentionBatch<T> a;
+  Inputs(kvq::reference::HostCache<Cfg>& host, kvq_test::KvGenerator& gen, const std::vector<int32_t>& counts) {
+    cu.assign(counts.size() + 1, 0);
+    for (size_t b = 0; b < counts.size(); ++b) cu[b + 1] = cu[b] + counts[b];
+    q = gen.keys<T>(int64_t(cu.back()) * kGroup);
+    for (auto& x : q) x = T::from_float(x.to_float() * 0.1f);
+    k = gen.keys<T>(cu.back());
+    v = gen.values<T>(cu.back());
+    a.batch = int(counts.size());
+    a.num_q_heads = kHeads * kGroup;
+    a.lengths = host.lengths();
+    a.cu_q = cu.data();
+    a.q = q.data();
+    a.new_k = k.data();
+    a.new_v = v.data();
+    a.softmax_scale = 1.0f / std::sqrt(128.0f);
+  }
+};
+
+kvq::DecodePlan make_plan(int batch, int64_t max_tokens, int max_q, int64_t total_q) {
+  kvq::DecodePlan plan;
+  REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, kHeads * kGroup, kHeads, kR, max_tokens, max_q, total_q,
+                                                 kvq_test::num_sms()},
+                                &plan) == kvq::Status::kSuccess);
+  return plan;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("decode: arguments rejected on the host, with the Status that names the problem") {
+    Fixture f(2, {300, 40}, 51);
+    Inputs in(f.host, f.gen, {1, 2});
+    for (int b = 0; b < 2; ++b) REQUIRE(f.host.reserve(b, in.cu[size_t(b) + 1] - in.cu[size_t(b)]));
+    f.dev.upload_tables(f.host);
+    kvq_test::DeviceAttention<T> d(in.a, in.cu, in.q, in.k, in.v, f.dev.cold_len.get());
+    const kvq::DecodePlan plan = make_plan(2, 400, 2, 3);
+    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes + 256);
+    kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
+    const kvq::CacheView<T> v = f.dev.view(f.host);
+    auto run = [&](const kvq::CacheView<T>& view, const kvq::AttentionBatch<T>& a, const kvq::DecodePlan& p, void* w,
+                   size_t bytes, T* out, uint32_t* fl) { return kvq::decode<Cfg>(view, a, p, w, bytes, out, fl, nullptr); };
+    CHECK(run(v, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kSuccess);
+    CHECK(run(v, d.a, plan, ws.get(), ws.size(), nullptr, flags.get()) == kvq::Status::kNullPointer);
+    CHECK(run(v, d.a, plan, ws.get(), ws.size(), d.out.get(), nullptr) == kvq::Status::kNullPointer);
+    CHECK(run(v, d.a, plan, nullptr, ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
+    CHECK(run(v, d.a, plan, ws.get(), plan.workspace_bytes - 1, d.out.get(), flags.get()) == kvq::Status::kWorkspaceTooSmall);
+    CHECK(run(v, d.a, plan, ws.get() + 16, plan.workspace_bytes, d.out.get(), flags.get()) == kvq::Status::kInvalidShape);
+    kvq::AttentionBatch<T> no_q = d.a;
+    no_q.q = nullptr;
+    CHECK(run(v, no_q, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
+    kvq::AttentionBatch<T> odd_heads = d.a;
+    odd_heads.num_q_heads = 7;  // not a multiple of the KV heads
+    CHECK(run(v, odd_heads, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kInvalidShape);
+    kvq::AttentionBatch<T> bigger = d.a;
+    bigger.batch = 3;  // more sequences than planned
+    CHECK(run(v, bigger, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kInvalidShape);
+    kvq::DecodePlan other = plan;
+    other.head_dim = 64;
+    CHECK(run(v, d.a, other, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kConfigMismatch);
+    kvq::CacheView<T> no_table = v;
+    no_table.block_table = nullptr;
+    CHECK(run(no_table, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
+    kvq::DecodePlan p;
+    const kvq::DecodeShape too_long{2, 8, 2, kR, 400, kvq::kDecodeMaxQLen + 1, 34, 132};
+    CHECK(kvq::plan_decode<Cfg>(too_long, &p) == kvq::Status::kInvalidShape);
+    const kvq::DecodeShape zero_q{2, 8, 2, kR, 400, 0, 2, 132};
+    CHECK(kvq::plan_decode<Cfg>(zero_q, &p) == kvq::Status::kInvalidShape);
+    CHECK(kvq::plan_decode<Cfg>(too_long, nullptr) == kvq::Status::kNullPointer);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(flags.download()[0] == 0u);
+  }
+
+  TEST_CASE("decode: sequences rejected on the device keep their poisoned output, the others are computed") {
+    Fixture f(4, {700, 300, 500, 90}, 61);
+    // Sequence 1 asks for 3 new tokens (the plan allows 2); sequence 2's first page id is outside
+    // the pool; sequence 3 claims a length beyond its block table.
+    Inputs in(f.host, f.gen, {2, 3, 1, 1});
+    for (int b = 0; b < 4; ++b) REQUIRE(f.host.reserve(b, in.cu[size_t(b) + 1] - in.cu[size_t(b)]));
+    std::vector<float> ref(in.q.size());
+    REQUIRE(kvq::reference::attention<Cfg>(f.host.view(), in.a, ref.data()) == kvq::Status::kSuccess);
+    f.dev.upload_tables(f.host);
+    std::vector<int32_t> table = f.host.block_table;
+    table[size_t(2) * 80] = int32_t(f.host.view().num_pages) + 3;
+    f.dev.block_table.upload(table);
+    std::vector<int32_t> lens = f.host.len, colds = f.host.cold_len;
+    lens[3] = 81 * 64 + 5;  // 81 cold pages: one more than the block-table row holds
+    colds[3] = 81 * 64;
+    kvq_test::DeviceBuffer<int32_t> d_colds(colds);
+    kvq_test::DeviceAttention<T> d(in.a, in.cu, in.q, in.k, in.v, d_colds.get());
+    d.prefix.upload(lens);
+    const kvq::DecodePlan plan = make_plan(4, 81 * 64 + 16, 2, in.cu.back());
+    kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
+    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
+    REQUIRE(kvq::decode<Cfg>(f.dev.view(f.host), d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get(), nullptr) ==
+            kvq::Status::kSuccess);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK((flags.download()[0] & kvq::kFlagBadSequence) != 0u);
+    const std::vector<T> got = d.out.download();
+    const size_t row = size_t(kHeads * kGroup) * 128;
+    std::vector<T> ok(got.begin(), got.begin() + 2 * row);
+    std::vector<float> ok_ref(ref.begin(), ref.begin() + 2 * row);
+    const kvq_test::OutputError e = kvq_test::output_error(ok, ok_ref);
+    CHECK_MESSAGE(e.rel_l2 < 5e-3, "valid sequence 0: rel L2 " << e.rel_l2);
+    size_t written = 0;
+    for (size_t x = 2 * row; x < got.size(); ++x) written += got[x].bits != 0xffffu;
+    CHECK_MESSAGE(written == 0, written << " outputs of rejected sequences were written");
+  }
+
+  TEST_CASE("decode: captured once in a CUDA graph, replayed with different lengths") {
+    constexpr int kBatch = 3, kMaxQ = 4;
+    Fixture f(kBatch, {300, 2000, 5}, 71);
+    const kvq::DecodePlan plan = make_plan(kBatch, 4000, kMaxQ, kBatch * kMaxQ);
+    for (int b = 0; b < kBatch; ++b) REQUIRE(f.host.reserve(b, 1200));  // block tables fixed before capture
+    f.dev.upload_tables(f.host);
+    const size_t q_elems = size_t(kBatch) * kMaxQ * kHeads * kGroup * 128, kv_elems = size_t(kBatch) * kMaxQ * kHeads * 128;
+    kvq_test::DeviceBuffer<int32_t> d_cu(kBatch + 1), d_prefix(kBatch);
+    kvq_test::DeviceBuffer<T> d_q(q_elems), d_k(kv_elems), d_v(kv_elems), d_out(q_elems);
+    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
+    kvq::AttentionBatch<T> da;
+    da.batch = kBatch;
+    da.num_q_heads = kHeads * kGroup;
+    da.lengths = kvq::SeqLengths{d_prefix.get(), f.dev.cold_len.get()};
+    da.cu_q = d_cu.get();
+    da.q = d_q.get();
+    da.new_k = d_k.get();
+    da.new_v = d_v.get();
+    da.softmax_scale = 1.0f / std::sqrt(128.0f);
+    cudaStream_t stream;
+    KVQ_CUDA_CHECK(cudaStreamCreate(&stream));
+    cudaGraph_t graph;
+    KVQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const kvq::Status st =
+        kvq::decode<Cfg>(f.dev.view(f.host), da, plan, ws.get(), ws.size(), d_out.get(), flags.get(), stream);
+    KVQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    REQUIRE(st == kvq::Status::kSuccess);
+    cudaGraphExec_t exec;
+    KVQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    std::mt19937_64 rng(72);
+    for (int replay = 0; replay < 5; ++replay) {
+      std::vector<int32_t> counts(kBatch);
+      for (auto& c : counts) c = 1 + int32_t(rng() % kMaxQ);
+      Inputs in(f.host, f.gen, counts);
+      std::vector<float> ref(in.q.size());
+      REQUIRE(kvq::reference::attention<Cfg>(f.host.view(), in.a, ref.data()) == kvq::Status::kSuccess);
+      const std::vector<int32_t> prefix = f.host.len;
+      // Odd replays run the decode after the step's append, even ones before it.
+      if (replay % 2) REQUIRE(kvq_test::step_both_with(f.host, f.dev, counts, in.k, in.v, "graph replay"));
+      d_cu.upload(in.cu);
+      d_prefix.upload(prefix);
+      KVQ_CUDA_CHECK(cudaMemcpy(d_q.get(), in.q.data(), in.q.size() * sizeof(T), cudaMemcpyHostToDevice));
+      KVQ_CUDA_CHECK(cudaMemcpy(d_k.get(), in.k.data(), in.k.size() * sizeof(T), cudaMemcpyHostToDevice));
+      KVQ_CUDA_CHECK(cudaMemcpy(d_v.get(), in.v.data(), in.v.size() * sizeof(T), cudaMemcpyHostToDevice));
+      KVQ_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, d_out.size() * sizeof(T)));
+      KVQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      KVQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<T> got = d_out.download();
+      got.resize(ref.size());
+      const kvq_test::OutputError e = kvq_test::output_error(got, ref);
+      CHECK_MESSAGE(e.rel_l2 < 5e-3, "replay " << replay << ": rel L2 " << e.rel_l2);
+      CHECK_MESSAGE(e.rel_max < 2e-2, "replay " << replay << ": rel max " << e.rel_max);
+      if (replay % 2 == 0) REQUIRE(kvq_test::step_both_with(f.host, f.dev, counts, in.k, in.v, "graph replay"));
+    }
+    CHECK(flags.download()[0] == 0u);
+    KVQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    KVQ_CUDA_CHECK(cudaGraphDestroy(graph));
+    KVQ_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+}
