@@ -124,7 +124,7 @@ void check_fa3(const std::vector<T>& got, const Fp64Attention& f, const std::str
     mx = std::max(mx, std::fabs(f.exact[x]));
   }
   CHECK_MESSAGE(e_got <= 2.0 * e_naive + 1e-3 * mx,
-                where << ": max error vs fp64 " << e_got << ", naive " << T::name() << " " << e_naive << ", max |out| " << mx);
+                where << ": max error vs fp64 " << e_got << ", naive " << std::string(T::name()) << " " << e_naive << ", max |out| " << mx);
 }
 
 // Device copies of one attention call's inputs.

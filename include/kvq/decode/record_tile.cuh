@@ -18,11 +18,13 @@
 //     its channel 2mt, row g+8 its channel 2mt+1. A packed INT2/INT4 V word already holds a
 //     channel of a token pair in its two half-words (quant/packing.hpp), so one shift and one
 //     mask give the pair.
-// INT2/INT4 codes become (magic + code) in one OR (Half2Consts); keys keep the magic offset and
-// the kernel removes it with the per-group bias, values subtract it exactly before the scale.
+// INT2/INT4 codes become (magic + code) in one OR (Half2Consts) and the code after one exact
+// subtraction; keys stay codes (their scale is in the query operand), values get their scale and
+// zero point in one fma.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kvq/cache/config.hpp"
 #include "kvq/decode/mma.cuh"
@@ -137,13 +139,18 @@ struct RecordTile {
     return hfma2<T>(hi, H::neg_one, lo);  // (magic + low 7 bits) - (magic + 128 * sign)
   }
 
-  // Pair j of lane i as A operand: INT2/INT4 (magic + code), INT8 the code, "none" the values.
+  // The key mma's element type: fp16 for INT2/INT4 keys (exact codes against q * scale, scaled
+  // into fp16 range per row; 3 more mantissa bits than bf16), the model dtype otherwise.
+  using KMma = std::conditional_t<k_asym, fp16, T>;
+
+  // Pair j of lane i as A operand: INT2/INT4 the codes (fp16), INT8 the codes, "none" the values.
   KVQ_DEVICE static uint32_t k_pair(const uint32_t (&w)[k_words], int j) {
     const uint32_t x = w[j / k_pairs_per_word];
     const int pw = j % k_pairs_per_word;
     if constexpr (k_asym) {
+      using H16 = Half2Consts<fp16>;
       constexpr uint32_t mask = uint32_t((1 << KQ::bits) - 1) * 0x00010001u;
-      return ((x >> (KQ::bits * pw)) & mask) | H::magic;
+      return hfma2<fp16>(((x >> (KQ::bits * pw)) & mask) | H16::magic, H16::one, H16::neg_magic);  // exact
     } else if constexpr (k_int8) {
       return int8_pair(x, x, 2 * pw, 2 * pw + 1);
     } else {

@@ -8,10 +8,11 @@
 //   S^T (16 tokens x 8 rows)  = K_tile . Q^T     mma.m16n8k16, keys as A, fp32 accumulators
 //   online softmax per row (max over the 16 tokens by shuffles), P^T transposed by movmatrix
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
-// Keys: INT2/INT4 codes enter the mma as (magic + code); the per-channel scale is folded into
-// the query (Q' = q * scale, once per key group) and the zero point plus the magic offset into a
-// per-row bias (sum q * zero in fp32, minus magic * sum Q' by one more mma), so a key pair costs
-// one shift and one OR. INT8 keys enter as exact codes and the token scale multiplies S.
+// Keys: INT2/INT4 codes enter an fp16 mma as exact codes; the per-channel scale is folded into
+// the query (Q'' = q * scale * 2^e per row, once per key group, fp16 whatever the model dtype)
+// and the zero point into a per-row bias (sum q * zero in fp32): S = 2^-e (codes . Q'') + bias,
+// so a key pair costs a shift, an OR and an exact subtract. INT8 keys enter as exact codes and
+// the token scale multiplies S.
 // Values are dequantized in registers (shift, OR, exact subtract, one fma with the token's
 // scale and zero). The split's partial output and (max, sum) per row go to the workspace; the
 // merge kernel of decode_impl.cuh combines splits and the tail (hot rows + new tokens).
@@ -50,7 +51,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   using T = typename Cfg::dtype;
   using Tile = RecordTile<Cfg>;
   using L = RecordsSmem<Cfg, NT>;
-  using H = Half2Consts<T>;
   constexpr int D = Cfg::head_dim, P = Cfg::page, ROWS = 8 * NT, KS = D / 16, MT = D / 16, S = L::stages;
   constexpr int TPP = P / 16;  // tiles per page
   extern __shared__ __align__(16) uint8_t smem[];
@@ -85,19 +85,22 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   __syncthreads();
   const int active_nt = (rows - row0 + 7) / 8 < NT ? (rows - row0 + 7) / 8 : NT;
 
-  // Query operand: raw (INT8 / "none" keys) or scaled per key group (INT2 / INT4 keys).
+  // Query operand: raw (INT8 / "none" keys) or q * scale per key group (INT2 / INT4 keys, in
+  // fp16 scaled by a power of two per row: S = unscale * (codes . Q'') + q . zero).
+  using KMma = typename Tile::KMma;
   uint32_t qb[NT][KS][2];
-  float bias[NT][2];
+  float bias[NT][2], unscale[NT][2];
   KVQ_UNROLL
   for (int nt = 0; nt < NT; ++nt) {
     bias[nt][0] = bias[nt][1] = 0.0f;
+    unscale[nt][0] = unscale[nt][1] = 1.0f;
     KVQ_UNROLL
     for (int kk = 0; kk < KS; ++kk)
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
         const int c = Tile::k_channel(i, 2 * kk + hh);
         const float2 q2 = *reinterpret_cast<const float2*>(&qs[(nt * 8 + g) * D + c]);
-        qb[nt][kk][hh] = pack2<T>(q2.x, q2.y);
+        qb[nt][kk][hh] = pack2<KMma>(q2.x, q2.y);
       }
   }
 
@@ -139,13 +142,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
 
     // ---- keys: S^T = K_tile . Q^T ----
     if constexpr (Tile::k_asym) {
-      if (tok0 % Tile::KQ::group == 0) {  // new key group: Q' = q * scale, bias = q.zero - magic * sum(Q')
+      if (tok0 % Tile::KQ::group == 0) {  // new key group: Q'' = q * scale * 2^-e, bias = q . zero
         const uint16_t* ksc = reinterpret_cast<const uint16_t*>(tile + Tile::kp);
         const uint16_t* kze = ksc + D;
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt) {
           if (nt >= active_nt) break;
-          float zq = 0.0f;
+          float qsv[KS][2][2];
+          float zq = 0.0f, amax = 0.0f;
           KVQ_UNROLL
           for (int kk = 0; kk < KS; ++kk)
             KVQ_UNROLL
@@ -153,17 +157,28 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
               const int c = Tile::k_channel(i, 2 * kk + hh);
               const float2 q2 = *reinterpret_cast<const float2*>(&qs[(nt * 8 + g) * D + c]);
               const uint32_t s2 = *reinterpret_cast<const uint32_t*>(ksc + c), z2 = *reinterpret_cast<const uint32_t*>(kze + c);
-              qb[nt][kk][hh] = pack2<T>(q2.x * f16_to_f32(uint16_t(s2)), q2.y * f16_to_f32(uint16_t(s2 >> 16)));
+              qsv[kk][hh][0] = q2.x * f16_to_f32(uint16_t(s2));
+              qsv[kk][hh][1] = q2.y * f16_to_f32(uint16_t(s2 >> 16));
+              amax = fmaxf(amax, fmaxf(fabsf(qsv[kk][hh][0]), fabsf(qsv[kk][hh][1])));
               zq = fmaf(q2.x, f16_to_f32(uint16_t(z2)), fmaf(q2.y, f16_to_f32(uint16_t(z2 >> 16)), zq));
             }
           zq += __shfl_xor_sync(0xffffffffu, zq, 1);
           zq += __shfl_xor_sync(0xffffffffu, zq, 2);
-          float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          const uint32_t neg_magic[4] = {H::neg_magic, H::neg_magic, H::neg_magic, H::neg_magic};
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+          // 2^e with amax * 2^e in [2^13, 2^14): far from fp16 overflow, small terms stay normal.
+          int ex = 0;
+          frexpf(amax, &ex);
+          const int e = amax > 0.0f && amax < INFINITY ? 14 - ex : 0;
+          const float up = ldexpf(1.0f, e), down = ldexpf(1.0f, -e);
           KVQ_UNROLL
-          for (int kk = 0; kk < KS; ++kk) mma16816<T>(off, neg_magic, qb[nt][kk][0], qb[nt][kk][1]);
-          bias[nt][0] = off[0] + __shfl_sync(0xffffffffu, zq, 8 * i);
-          bias[nt][1] = off[1] + __shfl_sync(0xffffffffu, zq, 8 * i + 4);
+          for (int kk = 0; kk < KS; ++kk)
+            KVQ_UNROLL
+            for (int hh = 0; hh < 2; ++hh) qb[nt][kk][hh] = pack2<fp16>(qsv[kk][hh][0] * up, qsv[kk][hh][1] * up);
+          bias[nt][0] = __shfl_sync(0xffffffffu, zq, 8 * i);
+          bias[nt][1] = __shfl_sync(0xffffffffu, zq, 8 * i + 4);
+          unscale[nt][0] = __shfl_sync(0xffffffffu, down, 8 * i);
+          unscale[nt][1] = __shfl_sync(0xffffffffu, down, 8 * i + 4);
         }
       }
     }
@@ -173,17 +188,23 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
       Tile::load_k(tile, g, i, k0);
       Tile::load_k(tile, g + 8, i, k1);
       KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt) {
-        sacc[nt][0] = sacc[nt][2] = bias[nt][0];
-        sacc[nt][1] = sacc[nt][3] = bias[nt][1];
-      }
+      for (int nt = 0; nt < NT; ++nt) sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0.0f;
       KVQ_UNROLL
       for (int kk = 0; kk < KS; ++kk) {
         const uint32_t ka[4] = {Tile::k_pair(k0, 2 * kk), Tile::k_pair(k1, 2 * kk), Tile::k_pair(k0, 2 * kk + 1),
                                 Tile::k_pair(k1, 2 * kk + 1)};
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt)
-          if (nt < active_nt) mma16816<T>(sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
+          if (nt < active_nt) mma16816<KMma>(sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
+      }
+      if constexpr (Tile::k_asym) {
+        KVQ_UNROLL
+        for (int nt = 0; nt < NT; ++nt) {
+          sacc[nt][0] = fmaf(sacc[nt][0], unscale[nt][0], bias[nt][0]);
+          sacc[nt][1] = fmaf(sacc[nt][1], unscale[nt][1], bias[nt][1]);
+          sacc[nt][2] = fmaf(sacc[nt][2], unscale[nt][0], bias[nt][0]);
+          sacc[nt][3] = fmaf(sacc[nt][3], unscale[nt][1], bias[nt][1]);
+        }
       }
       if constexpr (Tile::k_int8) {
         const float* ks = reinterpret_cast<const float*>(tile + Tile::kp);
