@@ -9,9 +9,9 @@
 //   online softmax per row (max over the 16 tokens by shuffles), P^T transposed by movmatrix
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
 // Keys: INT2/INT4 codes enter an fp16 mma as exact codes; the per-channel scale is folded into
-// the query (Q'' = q * scale * 2^e per row, once per key group, fp16 whatever the model dtype)
-// and the zero point into a per-row bias (sum q * zero in fp32): S = 2^-e (codes . Q'') + bias,
-// so a key pair costs a shift, an OR and an exact subtract. INT8 keys enter as exact codes and
+// the query (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the
+// zero point into a per-row bias computed by one more mma (zero . q 2^-e, exact products):
+// S = 2^e (codes . Q'' + bias), so a key pair costs a shift, an OR and an exact subtract. INT8 keys enter as exact codes and
 // the token scale multiplies S.
 // Values are dequantized in registers (shift, OR, exact subtract, one fma with the token's
 // scale and zero). The split's partial output and (max, sum) per row go to the workspace; the
@@ -38,7 +38,12 @@ struct RecordsSmem {
   static constexpr int rows = 8 * NT;
   static constexpr int D = Cfg::head_dim;
   static constexpr int stages = 12288 / Tile::bytes < 2 ? 2 : 12288 / Tile::bytes > 6 ? 6 : 12288 / Tile::bytes;
-  static constexpr size_t q_bytes = size_t(rows) * D * 4;
+  static constexpr int qh_stride = D / 2 + 1;  // words per row of qh (+1: fewer bank conflicts)
+  // qs: [rows][D] fp32 queries; qh: [rows][qh_stride] fp16 pairs of q * 2^-e (row max in
+  // [0.5, 1)), row_down: [rows] 2^e (qh and row_down for INT2 / INT4 keys only).
+  static constexpr size_t qs_bytes = size_t(rows) * D * 4;
+  static constexpr size_t qh_bytes = size_t(rows) * qh_stride * 4;
+  static constexpr size_t q_bytes = align16(qs_bytes + qh_bytes + size_t(rows) * 4);
   static constexpr size_t ring_bytes = size_t(kDecodeWarps) * stages * Tile::bytes;
   static constexpr size_t red_bytes = size_t(kDecodeWarps) * rows * (D + 2) * 4;
   static constexpr size_t bytes = q_bytes + (ring_bytes > red_bytes ? ring_bytes : red_bytes);
@@ -54,7 +59,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   constexpr int D = Cfg::head_dim, P = Cfg::page, ROWS = 8 * NT, KS = D / 16, MT = D / 16, S = L::stages;
   constexpr int TPP = P / 16;  // tiles per page
   extern __shared__ __align__(16) uint8_t smem[];
-  float* qs = reinterpret_cast<float*>(smem);  // [ROWS][D]
+  float* qs = reinterpret_cast<float*>(smem);                       // [ROWS][D]
+  uint32_t* qh = reinterpret_cast<uint32_t*>(smem + L::qs_bytes);    // [ROWS][qh_stride]
+  float* row_down = reinterpret_cast<float*>(smem + L::qs_bytes + L::qh_bytes);
   __shared__ SeqAttention s;
   __shared__ int bad;
 
@@ -85,15 +92,33 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   __syncthreads();
   const int active_nt = (rows - row0 + 7) / 8 < NT ? (rows - row0 + 7) / 8 : NT;
 
-  // Query operand: raw (INT8 / "none" keys) or q * scale per key group (INT2 / INT4 keys, in
-  // fp16 scaled by a power of two per row: S = unscale * (codes . Q'') + q . zero).
+  // Query operand: raw (INT8 / "none" keys) or, for INT2 / INT4 keys, q * scale in fp16 per key
+  // group: Q'' = (q * 2^-e) * scale with the row's max |q| * 2^-e in [0.5, 1), so Q'' never
+  // exceeds the largest fp16 scale; then S = 2^e * (codes . Q'' + zero . (q * 2^-e)).
   using KMma = typename Tile::KMma;
+  constexpr int QH = L::qh_stride;
   uint32_t qb[NT][KS][2];
   float bias[NT][2], unscale[NT][2];
+  if constexpr (Tile::k_asym) {
+    for (int r = warp; r < ROWS; r += kDecodeWarps) {
+      float mx = 0.0f;
+      for (int c = lane; c < D; c += 32) mx = fmaxf(mx, fabsf(qs[r * D + c]));
+      KVQ_UNROLL
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      int ex = 0;
+      frexpf(mx, &ex);
+      if (!(mx > 0.0f && mx < INFINITY)) ex = 0;
+      const float up = ldexpf(1.0f, -ex);
+      for (int c = 2 * lane; c < D; c += 64) qh[r * QH + c / 2] = pack2<fp16>(qs[r * D + c] * up, qs[r * D + c + 1] * up);
+      if (lane == 0) row_down[r] = ldexpf(1.0f, ex);
+    }
+    __syncthreads();
+  }
   KVQ_UNROLL
   for (int nt = 0; nt < NT; ++nt) {
     bias[nt][0] = bias[nt][1] = 0.0f;
-    unscale[nt][0] = unscale[nt][1] = 1.0f;
+    unscale[nt][0] = Tile::k_asym ? row_down[nt * 8 + 2 * i] : 1.0f;
+    unscale[nt][1] = Tile::k_asym ? row_down[nt * 8 + 2 * i + 1] : 1.0f;
     KVQ_UNROLL
     for (int kk = 0; kk < KS; ++kk)
       KVQ_UNROLL
@@ -142,43 +167,28 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
 
     // ---- keys: S^T = K_tile . Q^T ----
     if constexpr (Tile::k_asym) {
-      if (tok0 % Tile::KQ::group == 0) {  // new key group: Q'' = q * scale * 2^-e, bias = q . zero
-        const uint16_t* ksc = reinterpret_cast<const uint16_t*>(tile + Tile::kp);
-        const uint16_t* kze = ksc + D;
+      if (tok0 % Tile::KQ::group == 0) {  // new key group: Q'' = qh * scale, bias = zero . qh
+        const uint32_t* ksc = reinterpret_cast<const uint32_t*>(tile + Tile::kp);  // fp16 pairs
+        const uint32_t* kze = ksc + D / 2;
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt) {
           if (nt >= active_nt) break;
-          float qsv[KS][2][2];
-          float zq = 0.0f, amax = 0.0f;
+          float zacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           KVQ_UNROLL
-          for (int kk = 0; kk < KS; ++kk)
+          for (int kk = 0; kk < KS; ++kk) {
+            uint32_t qn[2], z[2];
             KVQ_UNROLL
             for (int hh = 0; hh < 2; ++hh) {
-              const int c = Tile::k_channel(i, 2 * kk + hh);
-              const float2 q2 = *reinterpret_cast<const float2*>(&qs[(nt * 8 + g) * D + c]);
-              const uint32_t s2 = *reinterpret_cast<const uint32_t*>(ksc + c), z2 = *reinterpret_cast<const uint32_t*>(kze + c);
-              qsv[kk][hh][0] = q2.x * f16_to_f32(uint16_t(s2));
-              qsv[kk][hh][1] = q2.y * f16_to_f32(uint16_t(s2 >> 16));
-              amax = fmaxf(amax, fmaxf(fabsf(qsv[kk][hh][0]), fabsf(qsv[kk][hh][1])));
-              zq = fmaf(q2.x, f16_to_f32(uint16_t(z2)), fmaf(q2.y, f16_to_f32(uint16_t(z2 >> 16)), zq));
+              const int c2 = Tile::k_channel(i, 2 * kk + hh) / 2;
+              qn[hh] = qh[(nt * 8 + g) * QH + c2];
+              z[hh] = kze[c2];
+              qb[nt][kk][hh] = hmul2<fp16>(qn[hh], ksc[c2]);
             }
-          zq += __shfl_xor_sync(0xffffffffu, zq, 1);
-          zq += __shfl_xor_sync(0xffffffffu, zq, 2);
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-          // 2^e with amax * 2^e in [2^13, 2^14): far from fp16 overflow, small terms stay normal.
-          int ex = 0;
-          frexpf(amax, &ex);
-          const int e = amax > 0.0f && amax < INFINITY ? 14 - ex : 0;
-          const float up = ldexpf(1.0f, e), down = ldexpf(1.0f, -e);
-          KVQ_UNROLL
-          for (int kk = 0; kk < KS; ++kk)
-            KVQ_UNROLL
-            for (int hh = 0; hh < 2; ++hh) qb[nt][kk][hh] = pack2<fp16>(qsv[kk][hh][0] * up, qsv[kk][hh][1] * up);
-          bias[nt][0] = __shfl_sync(0xffffffffu, zq, 8 * i);
-          bias[nt][1] = __shfl_sync(0xffffffffu, zq, 8 * i + 4);
-          unscale[nt][0] = __shfl_sync(0xffffffffu, down, 8 * i);
-          unscale[nt][1] = __shfl_sync(0xffffffffu, down, 8 * i + 4);
+            const uint32_t za[4] = {z[0], z[0], z[1], z[1]};  // every row the zero points
+            mma16816<fp16>(zacc, za, qn[0], qn[1]);
+          }
+          bias[nt][0] = zacc[0];
+          bias[nt][1] = zacc[1];
         }
       }
     }
@@ -188,7 +198,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
       Tile::load_k(tile, g, i, k0);
       Tile::load_k(tile, g + 8, i, k1);
       KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt) sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0.0f;
+      for (int nt = 0; nt < NT; ++nt) {
+        sacc[nt][0] = sacc[nt][2] = bias[nt][0];
+        sacc[nt][1] = sacc[nt][3] = bias[nt][1];
+      }
       KVQ_UNROLL
       for (int kk = 0; kk < KS; ++kk) {
         const uint32_t ka[4] = {Tile::k_pair(k0, 2 * kk), Tile::k_pair(k1, 2 * kk), Tile::k_pair(k0, 2 * kk + 1),
@@ -200,10 +213,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
       if constexpr (Tile::k_asym) {
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt) {
-          sacc[nt][0] = fmaf(sacc[nt][0], unscale[nt][0], bias[nt][0]);
-          sacc[nt][1] = fmaf(sacc[nt][1], unscale[nt][1], bias[nt][1]);
-          sacc[nt][2] = fmaf(sacc[nt][2], unscale[nt][0], bias[nt][0]);
-          sacc[nt][3] = fmaf(sacc[nt][3], unscale[nt][1], bias[nt][1]);
+          sacc[nt][0] *= unscale[nt][0], sacc[nt][1] *= unscale[nt][1];
+          sacc[nt][2] *= unscale[nt][0], sacc[nt][3] *= unscale[nt][1];
         }
       }
       if constexpr (Tile::k_int8) {
