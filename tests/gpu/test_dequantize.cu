@@ -60,6 +60,14 @@ void check_dequantize(uint64_t seed) {
           kvq::Status::kSuccess);
   KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   CHECK(((d_flags2.download()[0] & kvq::kFlagBadSequence) != 0u) == (host.len[1] > 0));
+  // Arguments rejected on the host: outputs not 16-byte aligned, null pointers, negative bounds.
+  const kvq::SeqLengths lens{dev.len.get(), dev.cold_len.get()};
+  CHECK(kvq::dequantize<Cfg>(dev.view(host), lens, batch, d_cu.get(), max_len, d_k.get() + 1, d_v.get(), d_flags.get(),
+                             nullptr) == kvq::Status::kInvalidShape);
+  CHECK(kvq::dequantize<Cfg>(dev.view(host), lens, batch, d_cu.get(), max_len, d_k.get(), nullptr, d_flags.get(),
+                             nullptr) == kvq::Status::kNullPointer);
+  CHECK(kvq::dequantize<Cfg>(dev.view(host), lens, -1, d_cu.get(), max_len, d_k.get(), d_v.get(), d_flags.get(),
+                             nullptr) == kvq::Status::kInvalidShape);
 }
 
 }  // namespace

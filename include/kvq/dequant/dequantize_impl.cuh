@@ -1,8 +1,9 @@
 // kvq/dequant/dequantize_impl.cuh - the dequantize kernel (include from one .cu per configuration).
 //
-// Grid (token tile, sequence, KV head); a block writes kDequantTokens tokens x head_dim channels
-// of K and V, reading each element through token_ref / token_key / token_value, the functions of
-// the host reference and the attention kernels.
+// Grid (page, sequence, KV head); a block writes one page's tokens x head_dim channels of K and V.
+// A thread takes (token, 8 consecutive channels): it resolves the token's source once (token_ref),
+// decodes the 8 elements through token_key / token_value (the functions of the host reference,
+// so the bytes are identical) and writes them with one 16-byte store per tensor.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,8 +14,8 @@
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
-constexpr int kDequantTokens = 16;
 constexpr int kDequantThreads = 256;
+constexpr int kDequantChunk = 8;  // channels per thread item: one 16-byte store
 
 template <class Cfg>
 __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
@@ -24,7 +25,7 @@ __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
   constexpr int D = Cfg::head_dim, P = Cfg::page;
   __shared__ SeqAttention s;
   const int b = blockIdx.y, h = blockIdx.z;
-  const int64_t t0 = int64_t(blockIdx.x) * kDequantTokens;
+  const int64_t t0 = int64_t(blockIdx.x) * P;
   if (threadIdx.x == 0) {
     s = SeqAttention{};
     s.len = lengths.len[b];
@@ -51,14 +52,23 @@ __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
   }
   if (t0 >= s.len) return;
   AttentionBatch<T> none{};  // no new tokens: token_ref never reads them
-  for (int idx = threadIdx.x; idx < kDequantTokens * D; idx += blockDim.x) {
-    const int64_t t = t0 + idx / D;
-    const int c = idx % D;
+  constexpr int chunks = D / kDequantChunk;
+  for (int idx = threadIdx.x; idx < P * chunks; idx += blockDim.x) {
+    const int64_t t = t0 + idx / chunks;
+    const int c0 = (idx % chunks) * kDequantChunk;
     if (t >= s.len) break;
     const TokenRef<T> ref = token_ref(v, none, b, h, s, t, P, D, Cfg::record_bytes, nullptr);
-    const size_t o = (size_t(cu_out[b] + t) * v.num_kv_heads + h) * D + c;
-    k_out[o] = T::from_float_saturate(token_key<Cfg>(ref, c));
-    v_out[o] = T::from_float_saturate(token_value<Cfg>(ref, c));
+    uint32_t kw[kDequantChunk / 2], vw[kDequantChunk / 2];
+    KVQ_UNROLL
+    for (int e = 0; e < kDequantChunk; e += 2) {
+      kw[e / 2] = uint32_t(T::from_float_saturate(token_key<Cfg>(ref, c0 + e)).bits) |
+                  uint32_t(T::from_float_saturate(token_key<Cfg>(ref, c0 + e + 1)).bits) << 16;
+      vw[e / 2] = uint32_t(T::from_float_saturate(token_value<Cfg>(ref, c0 + e)).bits) |
+                  uint32_t(T::from_float_saturate(token_value<Cfg>(ref, c0 + e + 1)).bits) << 16;
+    }
+    const size_t o = (size_t(cu_out[b] + t) * v.num_kv_heads + h) * D + c0;
+    *reinterpret_cast<uint4*>(k_out + o) = make_uint4(kw[0], kw[1], kw[2], kw[3]);
+    *reinterpret_cast<uint4*>(v_out + o) = make_uint4(vw[0], vw[1], vw[2], vw[3]);
   }
 }
 
@@ -73,7 +83,8 @@ Status dequantize(const CacheView<typename Cfg::dtype>& cache, const SeqLengths&
   if (batch < 0 || max_len < 0 || batch > 65535 || max_len > INT32_MAX) return Status::kInvalidShape;
   if (batch == 0 || max_len == 0) return Status::kSuccess;
   if (!lengths.len || !lengths.cold || !cu_out || !k_out || !v_out || !flags) return Status::kNullPointer;
-  const dim3 grid(unsigned((max_len + detail::kDequantTokens - 1) / detail::kDequantTokens), unsigned(batch),
+  if (reinterpret_cast<uintptr_t>(k_out) % 16 || reinterpret_cast<uintptr_t>(v_out) % 16) return Status::kInvalidShape;
+  const dim3 grid(unsigned((max_len + Cfg::page - 1) / Cfg::page), unsigned(batch),
                   unsigned(cache.num_kv_heads));
   detail::dequantize_kernel<Cfg><<<grid, detail::kDequantThreads, 0, stream>>>(cache, lengths, cu_out, max_len, k_out,
                                                                                           v_out, flags);
