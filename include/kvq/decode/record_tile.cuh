@@ -116,20 +116,27 @@ struct RecordTile {
     }
   }
 
-  // Lane i's words of token r's K row.
-  KVQ_DEVICE static void load_k(const uint8_t* tile, int r, int i, uint32_t (&w)[k_words]) {
-    const uint8_t* row = tile + kc + r * k_row;
-    if constexpr (k_chunked) {
+  // The `Share` bytes of a row that lane index `x` of `Lanes` reads: contiguous when at most 16,
+  // else 16-byte chunks x, x + Lanes, ... (spreads the lanes of one load over the banks).
+  template <int Share, int Lanes, int N>
+  KVQ_DEVICE static void load_share(const uint8_t* row, int x, uint32_t (&w)[N]) {
+    static_assert(N * 4 == Share, "one word per 4 bytes of the share");
+    if constexpr (Share > 16) {
       KVQ_UNROLL
-      for (int m = 0; m < k_words / 4; ++m) {
+      for (int m = 0; m < N / 4; ++m) {
         uint32_t c[4];
-        load_words(row + (i + 4 * m) * 16, c);
+        load_words(row + (x + Lanes * m) * 16, c);
         KVQ_UNROLL
         for (int e = 0; e < 4; ++e) w[4 * m + e] = c[e];
       }
     } else {
-      load_words(row + i * k_share, w);
+      load_words(row + x * Share, w);
     }
+  }
+
+  // Lane i's words of token r's K row.
+  KVQ_DEVICE static void load_k(const uint8_t* tile, int r, int i, uint32_t (&w)[k_words]) {
+    load_share<k_share, 4>(tile + kc + r * k_row, i, w);
   }
 
   // INT8 bytes e0 (low half) and e1 (high half) of x as an exact pair of T.
@@ -174,17 +181,7 @@ struct RecordTile {
   KVQ_DEVICE static int v_channel(int g, int u) { return v_word_offset(g, u / v_cpw) / 4 * v_cpw + u % v_cpw; }
 
   KVQ_DEVICE static void load_v_unit(const uint8_t* unit, int g, uint32_t (&w)[v_words]) {
-    if constexpr (v_chunked) {
-      KVQ_UNROLL
-      for (int m = 0; m < v_words / 4; ++m) {
-        uint32_t c[4];
-        load_words(unit + (g + 8 * m) * 16, c);
-        KVQ_UNROLL
-        for (int e = 0; e < 4; ++e) w[4 * m + e] = c[e];
-      }
-    } else {
-      load_words(unit + g * v_share, w);
-    }
+    load_share<v_share, 8>(unit, g, w);
   }
 
   // What lane (g, i) holds of one token pair p of the tile: its words and the pair's scales.
