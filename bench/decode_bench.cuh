@@ -1,6 +1,7 @@
 // Decode attention benchmarks for one configuration (issue shape: head dim 128, 32 query heads /
 // 8 KV heads, page 64, R 128). Every sequence has `context` tokens after the step: prefix
-// len = context - q_len in the cache (cold pages + hot ring, as appends alone leave it), q_len new.
+// len = context - q_len in the cache (cold pages + hot ring, as appends alone leave it), q_len new;
+// the decode runs after the step's append (cold length after it), as an engine orders them.
 // Bytes counted: what the kernel must read at least (cold records, hot rows, new K/V, q) plus the
 // output written.
 #pragma once
@@ -50,6 +51,13 @@ struct DecodeCase {
       });
       return;
     }
+    // Decode as an engine runs it: the step's append first (so no page turns cold inside the
+    // attention call), then attention over the prefix with the cold length after the append.
+    const int64_t cold_after_step = kvq::cold_after(len + q_len, c.cold, R, P);
+    DeviceArray<int32_t> colds_after{std::vector<int32_t>(static_cast<size_t>(batch), int32_t(cold_after_step))};
+    a.lengths = kvq::SeqLengths{c.lens.ptr, colds_after.ptr};
+    const double decode_prefix_bytes =
+        double(cold_after_step / P) * H * double(Cfg::record_bytes) + double(len - cold_after_step) * row;
     int sms = 0;
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sms");
     kvq::DecodePlan plan;
@@ -59,7 +67,7 @@ struct DecodeCase {
       return;
     }
     DeviceArray<uint8_t> ws(plan.workspace_bytes);
-    const double bytes = double(batch) * (prefix_bytes + double(q_len) * row + 2.0 * q_len * HQ * D * sizeof(T));
+    const double bytes = double(batch) * (decode_prefix_bytes + double(q_len) * row + 2.0 * q_len * HQ * D * sizeof(T));
     run_timed(state, bytes, [&] {
       if (kvq::decode<Cfg>(v, a, plan, ws.ptr, plan.workspace_bytes, out.ptr, c.flags.ptr, nullptr) != kvq::Status::kSuccess)
         state.SkipWithError("decode failed");

@@ -17,6 +17,11 @@
 
 namespace kvq_test {
 
+// Sanity bounds against the fp32 host reference. The kernels round P and V to the model dtype
+// (as FlashAttention does), so on these outlier-heavy inputs (logits of ~100) a bf16 result is
+// ~1e-2 away from fp32; accuracy proper is judged by check_fa3 below.
+constexpr double kRelL2Bound = 2e-2, kRelMaxBound = 5e-2;
+
 // ||got - ref|| / ||ref|| and max |got - ref| / max |ref| over all outputs.
 struct OutputError {
   double rel_l2 = 0, rel_max = 0;
@@ -254,8 +259,8 @@ void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cf
   DeviceAttention<T> d(a, cu, q, nk, nv, dev.cold_len.get());
   const std::vector<T> before = run_decode<Cfg>(dev.view(host), d, plan, d_flags.get(), where + " (before append)");
   const OutputError eb = output_error(before, ref);
-  CHECK_MESSAGE(eb.rel_l2 < 5e-3, where << " (before append): rel L2 " << eb.rel_l2);
-  CHECK_MESSAGE(eb.rel_max < 2e-2, where << " (before append): rel max " << eb.rel_max);
+  CHECK_MESSAGE(eb.rel_l2 < kRelL2Bound, where << " (before append): rel L2 " << eb.rel_l2);
+  CHECK_MESSAGE(eb.rel_max < kRelMaxBound, where << " (before append): rel max " << eb.rel_max);
   check_fa3(before, f64, where + " (before append)");
 
   // The step's append on both sides, then decode again with the new cold lengths: same result.
@@ -263,8 +268,8 @@ void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cf
   REQUIRE(step_both_with(host, dev, counts, nk, nv, where));
   const std::vector<T> after = run_decode<Cfg>(dev.view(host), d, plan, d_flags.get(), where + " (after append)");
   const OutputError ea = output_error(after, ref);
-  CHECK_MESSAGE(ea.rel_l2 < 5e-3, where << " (after append): rel L2 " << ea.rel_l2);
-  CHECK_MESSAGE(ea.rel_max < 2e-2, where << " (after append): rel max " << ea.rel_max);
+  CHECK_MESSAGE(ea.rel_l2 < kRelL2Bound, where << " (after append): rel L2 " << ea.rel_l2);
+  CHECK_MESSAGE(ea.rel_max < kRelMaxBound, where << " (after append): rel max " << ea.rel_max);
   check_fa3(after, f64, where + " (after append)");
   CHECK(d_flags.download()[0] == 0u);
 
@@ -362,8 +367,9 @@ void check_decode_isolation(uint64_t seed, Isolation kind) {
   const std::vector<T> nk = rows(total, true), nv = rows(total, false);
 
   std::vector<int32_t> cu{0, counts[0], counts[0] + counts[1]};
-  std::vector<T> q = gen.keys<T>(total * group);
-  for (auto& x : q) x = T::from_float(x.to_float() * 0.1f);
+  // Gaussian queries (no outlier channels): logits of order 10, so probabilities are spread.
+  std::vector<T> q = gen.values<T>(total * group);
+  for (auto& x : q) x = T::from_float(x.to_float() * 0.5f);
   for (int b = 0; b < batch; ++b) REQUIRE(host.reserve(b, counts[size_t(b)]));
   dev.upload_tables(host);
   kvq::AttentionBatch<T> a;

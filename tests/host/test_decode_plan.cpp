@@ -55,9 +55,10 @@ TEST_CASE("decode plan: workspace parts are 256-byte aligned, disjoint and large
   for (size_t off : {p.partial_offset, p.stats_offset, p.status_offset, p.workspace_bytes}) CHECK(off % 256 == 0);
   const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
   CHECK(p.partial_offset >= size_t(s.batch) * size_t(p.transition_pages) * size_t(s.num_kv_heads) * 4096);
-  // one slot per split plus the tail slot
-  CHECK(p.stats_offset - p.partial_offset >= size_t(p.max_splits + 1) * rows * 64 * 4);
-  CHECK(p.status_offset - p.stats_offset >= size_t(p.max_splits + 1) * rows * 2 * 4);
+  // one slot per split plus one per tail chunk (hot rows + new tokens: < R + P + max_q_len)
+  CHECK(int64_t(p.tail_slots) * kvq::kDecodeTailChunk >= s.residual + 32 + s.max_q_len);
+  CHECK(p.stats_offset - p.partial_offset >= size_t(p.max_splits + p.tail_slots) * rows * 64 * 4);
+  CHECK(p.status_offset - p.stats_offset >= size_t(p.max_splits + p.tail_slots) * rows * 2 * 4);
   CHECK(p.workspace_bytes - p.status_offset >= size_t(s.batch) * 4);
 }
 

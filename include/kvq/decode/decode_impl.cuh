@@ -53,9 +53,10 @@ KVQ_DEVICE float warp_sum(float x) {
   return x;
 }
 
-// Element-wise kernel. tail = true: the tokens after the records, [records_end, len + q_len),
-// into slot max_splits. tail = false: split `blockIdx.x` of all tokens (configurations the
-// records kernel does not serve). Warps take tokens round-robin, lanes take channels.
+// Element-wise kernel. tail = true: chunk `blockIdx.x` of kDecodeTailChunk tokens after the
+// records, [records_end, len + q_len), into slot max_splits + chunk. tail = false: split
+// `blockIdx.x` of all tokens (configurations the records kernel does not serve). Warps take
+// tokens round-robin, lanes take channels.
 template <class Cfg>
 __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
     decode_elementwise_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   __shared__ float qs[RT][D];
   __shared__ float red_m[kDecodeWarps][RT], red_l[kDecodeWarps][RT];
   __shared__ float red_acc[kDecodeWarps][RT][D];
-  const int split = tail ? plan.max_splits : int(blockIdx.x), b = blockIdx.y;
+  const int split = tail ? plan.max_splits + int(blockIdx.x) : int(blockIdx.x), b = blockIdx.y;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
   const int h = blockIdx.z / row_tiles, tile = blockIdx.z % row_tiles;
@@ -78,8 +79,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   }
   __syncthreads();
   const int64_t all_end = s.len + s.q_len;
-  const int64_t start = bad ? 0 : tail ? records_end(s) : int64_t(split) * plan.split_tokens;
-  const int64_t end = bad ? 0 : tail ? all_end : (all_end < start + plan.split_tokens ? all_end : start + plan.split_tokens);
+  const int64_t span = tail ? kDecodeTailChunk : plan.split_tokens;
+  const int64_t start = bad ? 0 : tail ? records_end(s) + int64_t(blockIdx.x) * span : int64_t(split) * span;
+  const int64_t end = bad ? 0 : (all_end < start + span ? all_end : start + span);
   if (!pages_valid(v, b, s, bad, start, end, P)) {
     if (threadIdx.x == 0) reject_sequence(ws, b, flags);
     return;
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   }
 }
 
-// Slots of a sequence: records path: the record splits holding tokens, then the tail slot;
+// Slots of a sequence: records path: the record splits holding tokens, then its tail chunks;
 // element-wise path: the splits of all its tokens.
 template <class Cfg>
 __global__ void KVQ_HIDDEN decode_merge_kernel(AttentionBatch<typename Cfg::dtype> a, DecodePlan plan, DecodeWorkspace ws,
@@ -165,9 +167,10 @@ __global__ void KVQ_HIDDEN decode_merge_kernel(AttentionBatch<typename Cfg::dtyp
   s.target = cold_after(s.len + s.q_len, s.cold, plan.shape.residual, plan.page);
   const int64_t covered = records_path ? records_end(s) : s.len + s.q_len;
   const int splits = int((covered + plan.split_tokens - 1) / plan.split_tokens);
-  const int slots = records_path ? splits + 1 : splits;
+  const int tails = records_path ? int((s.len + s.q_len - covered + kDecodeTailChunk - 1) / kDecodeTailChunk) : 0;
+  const int slots = splits + tails;
   const size_t row = size_t(s.q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;
-  auto slot_of = [&](int k) { return size_t(k < splits ? k : plan.max_splits); };
+  auto slot_of = [&](int k) { return size_t(k < splits ? k : plan.max_splits + (k - splits)); };
   float mx = -INFINITY;
   for (int k = 0; k < slots; ++k) mx = fmaxf(mx, ws.stats[2 * (slot_of(k) * stride + row)]);
   float o = 0.0f, sum = 0.0f;
@@ -218,7 +221,7 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
     } else if (detail::launch_records<Cfg, 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess) {
       return Status::kCudaError;
     }
-    detail::decode_elementwise_kernel<Cfg><<<dim3(1, nb, unsigned(cache.num_kv_heads * row_tiles8)),
+    detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
                                              detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags, true);
   } else {
     detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles8)),

@@ -17,7 +17,8 @@
 KVQ_NAMESPACE_BEGIN
 
 constexpr int kDecodeMaxQLen = 16;    // speculative decoding: up to 16 new tokens per sequence
-constexpr int kDecodeRowsPerCta = 8;  // query rows (GQA heads x new tokens) one element-wise CTA carries
+constexpr int kDecodeRowsPerCta = 8;   // query rows (GQA heads x new tokens) one element-wise CTA carries
+constexpr int kDecodeTailChunk = 16;   // tail tokens (hot rows + new tokens) one element-wise CTA reads
 
 // Query rows one CTA of the tensor-core records kernel carries: 16 when the group x q_len needs
 // more than 8 and the head dim leaves registers for two row tiles, else 8.
@@ -38,9 +39,10 @@ struct DecodeShape {
 
 // Workspace layout (all offsets 256-byte aligned, sizes in bytes):
 //   transition records [batch][R/P + 1][num_kv_heads][record_bytes]   pages turning cold this step
-//   partial outputs    [splits + 1][total_q][num_q_heads][head_dim] fp32  unnormalised
-//   partial max/sum    [splits + 1][total_q][num_q_heads][2] fp32
-// (slot `splits` holds the tail: hot rows and new tokens)
+//   partial outputs    [slots][total_q][num_q_heads][head_dim] fp32  unnormalised
+//   partial max/sum    [slots][total_q][num_q_heads][2] fp32
+// slots = max_splits record splits, then tail_slots chunks of kDecodeTailChunk tail tokens (hot
+// rows and new tokens: fewer than R + P + max_q_len of them).
 //   sequence status    [batch] int32
 struct DecodePlan {
   DecodeShape shape;
@@ -50,6 +52,7 @@ struct DecodePlan {
   int32_t split_tokens;      // tokens per split (a multiple of the page)
   int32_t max_splits;        // splits of the longest sequence
   int32_t transition_pages;  // R/P + 1
+  int32_t tail_slots;        // ceil((R + P + max_q_len) / kDecodeTailChunk)
   size_t transition_offset, partial_offset, stats_offset, status_offset, workspace_bytes;
 };
 
@@ -87,7 +90,8 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
   p.transition_offset = 0;
   p.partial_offset = align256(size_t(s.batch) * p.transition_pages * s.num_kv_heads * record_bytes);
-  const size_t slots = size_t(p.max_splits) + 1;
+  p.tail_slots = (s.residual + page + s.max_q_len + kDecodeTailChunk - 1) / kDecodeTailChunk;
+  const size_t slots = size_t(p.max_splits) + size_t(p.tail_slots);
   p.stats_offset = p.partial_offset + align256(slots * rows * head_dim * 4);
   p.status_offset = p.stats_offset + align256(slots * rows * 2 * 4);
   p.workspace_bytes = p.status_offset + align256(size_t(s.batch) * 4);

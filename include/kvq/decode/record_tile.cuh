@@ -150,14 +150,21 @@ struct RecordTile {
   // into fp16 range per row; 3 more mantissa bits than bf16), the model dtype otherwise.
   using KMma = std::conditional_t<k_asym, fp16, T>;
 
-  // Pair j of lane i as A operand: INT2/INT4 the codes (fp16), INT8 the codes, "none" the values.
+  // INT2/INT4 keys enter the mma as centred codes c - mid (mid = 2^(bits-1): exact in fp16), so
+  // that the zero point moved to z + mid * scale absorbs the offset and the scaled part stays
+  // small (no cancellation between q.zero and q.scale.code).
+  static constexpr int k_mid = k_asym ? 1 << (KQ::bits - 1) : 0;
+  static constexpr uint32_t k_neg_magic_mid = (0xE400u | uint32_t(k_mid)) * 0x00010001u;     // -(1024 + mid)
+  static constexpr uint32_t k_mid_pair = (uint32_t(15 + (KQ::bits - 1)) << 10) * 0x00010001u;  // fp16 mid
+
+  // Pair j of lane i as A operand: INT2/INT4 the centred codes (fp16), INT8 the codes, "none" the values.
   KVQ_DEVICE static uint32_t k_pair(const uint32_t (&w)[k_words], int j) {
     const uint32_t x = w[j / k_pairs_per_word];
     const int pw = j % k_pairs_per_word;
     if constexpr (k_asym) {
       using H16 = Half2Consts<fp16>;
       constexpr uint32_t mask = uint32_t((1 << KQ::bits) - 1) * 0x00010001u;
-      return hfma2<fp16>(((x >> (KQ::bits * pw)) & mask) | H16::magic, H16::one, H16::neg_magic);  // exact
+      return hfma2<fp16>(((x >> (KQ::bits * pw)) & mask) | H16::magic, H16::one, k_neg_magic_mid);  // exact
     } else if constexpr (k_int8) {
       return int8_pair(x, x, 2 * pw, 2 * pw + 1);
     } else {

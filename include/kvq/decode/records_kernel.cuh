@@ -10,8 +10,9 @@
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
 // Keys: INT2/INT4 codes enter an fp16 mma as exact codes; the per-channel scale is folded into
 // the query (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the
-// zero point into a per-row bias computed by one more mma (zero . q 2^-e, exact products):
-// S = 2^e (codes . Q'' + bias), so a key pair costs a shift, an OR and an exact subtract. INT8 keys enter as exact codes and
+// zero point into a per-row bias computed by one more mma ((zero + mid scale) . q 2^-e): with
+// codes centred on mid, S = 2^e ((code - mid) . Q'' + bias), so a key pair costs a shift, an OR
+// and an exact subtract. INT8 keys enter as exact codes and
 // the token scale multiplies S.
 // Values are dequantized in registers (shift, OR, exact subtract, one fma with the token's
 // scale and zero). The split's partial output and (max, sum) per row go to the workspace; the
@@ -37,7 +38,8 @@ struct RecordsSmem {
   using Tile = RecordTile<Cfg>;
   static constexpr int rows = 8 * NT;
   static constexpr int D = Cfg::head_dim;
-  static constexpr int stages = 12288 / Tile::bytes < 2 ? 2 : 12288 / Tile::bytes > 6 ? 6 : 12288 / Tile::bytes;
+  // ~8 KB of stages per warp (at least 2): 4 x 1.75 KB for INT2 at D 128, 2 x 8 KB for "none".
+  static constexpr int stages = 8192 / Tile::bytes < 2 ? 2 : 8192 / Tile::bytes > 6 ? 6 : 8192 / Tile::bytes;
   static constexpr int qh_stride = D / 2 + 1;  // words per row of qh (+1: fewer bank conflicts)
   // qs: [rows][D] fp32 queries; qh: [rows][qh_stride] fp16 pairs of q * 2^-e (row max in
   // [0.5, 1)), row_down: [rows] 2^e (qh and row_down for INT2 / INT4 keys only).
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
 
     // ---- keys: S^T = K_tile . Q^T ----
     if constexpr (Tile::k_asym) {
-      if (tok0 % Tile::KQ::group == 0) {  // new key group: Q'' = qh * scale, bias = zero . qh
+      if (tok0 % Tile::KQ::group == 0) {  // new key group: Q'' = qh * scale, bias = (zero + mid scale) . qh
         const uint32_t* ksc = reinterpret_cast<const uint32_t*>(tile + Tile::kp);  // fp16 pairs
         const uint32_t* kze = ksc + D / 2;
         KVQ_UNROLL
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
             for (int hh = 0; hh < 2; ++hh) {
               const int c2 = Tile::k_channel(i, 2 * kk + hh) / 2;
               qn[hh] = qh[(nt * 8 + g) * QH + c2];
-              z[hh] = kze[c2];
+              z[hh] = hfma2<fp16>(Tile::k_mid_pair, ksc[c2], kze[c2]);  // z + mid * scale
               qb[nt][kk][hh] = hmul2<fp16>(qn[hh], ksc[c2]);
             }
             const uint32_t za[4] = {z[0], z[0], z[1], z[1]};  // every row the zero points
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
     uint32_t pb[NT][2];
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
-      float p0[2], p1[2];
+      float p0[2], p1[2], cr[2];
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
         float x0 = sacc[nt][hh], x1 = sacc[nt][2 + hh];
@@ -253,8 +255,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
         p1[hh] = exp2f(x1 - m_use);
         l[nt][hh] = l[nt][hh] * corr + p0[hh] + p1[hh];
         m[nt][hh] = m_new;
+        cr[hh] = corr;
+      }
+      if (__any_sync(0xffffffffu, cr[0] != 1.0f || cr[1] != 1.0f)) {  // the running max moved: rescale
         KVQ_UNROLL
-        for (int mt = 0; mt < MT; ++mt) o[nt][mt][hh] *= corr, o[nt][mt][2 + hh] *= corr;
+        for (int mt = 0; mt < MT; ++mt) {
+          o[nt][mt][0] *= cr[0], o[nt][mt][2] *= cr[0];
+          o[nt][mt][1] *= cr[1], o[nt][mt][3] *= cr[1];
+        }
       }
       pb[nt][0] = movmatrix_trans(pack2<T>(p0[0], p0[1]));  // tokens 0-7:  (row g, tokens 2i, 2i+1)
       pb[nt][1] = movmatrix_trans(pack2<T>(p1[0], p1[1]));  // tokens 8-15
