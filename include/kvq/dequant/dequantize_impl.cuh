@@ -2,20 +2,22 @@
 //
 // Grid (page, sequence, KV head); a block writes one page's tokens x head_dim channels of K and V.
 // A thread takes (token, 8 consecutive channels): it resolves the token's source once (token_ref),
-// decodes the 8 elements through token_key / token_value (the functions of the host reference,
-// so the bytes are identical) and writes them with one 16-byte store per tensor.
+// decodes the 8 elements of a cold token with decode_record_chunk (each element through the
+// reference's scalar decode, so the bytes equal kvq::reference::dequantize_sequence's), copies a
+// hot token's, and writes them with one 16-byte store per tensor.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "kvq/attention/token_source.hpp"
 #include "kvq/dequant/dequantize.hpp"
+#include "kvq/quant/chunk_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
 constexpr int kDequantThreads = 256;
-constexpr int kDequantChunk = 8;  // channels per thread item: one 16-byte store
+constexpr int kDequantChunk = kDecodeChunk;  // channels per thread item: one 16-byte store
 
 template <class Cfg>
 __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
@@ -58,13 +60,22 @@ __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
     const int c0 = (idx % chunks) * kDequantChunk;
     if (t >= s.len) break;
     const TokenRef<T> ref = token_ref(v, none, b, h, s, t, P, D, Cfg::record_bytes, nullptr);
+    float kf[kDequantChunk], vf[kDequantChunk];
+    if (ref.record) {  // cold: the words and parameters of the 8 channels are read once
+      decode_record_chunk<Cfg, Role::kKey>(ref.record, ref.t_in_page, c0, kf);
+      decode_record_chunk<Cfg, Role::kValue>(ref.record, ref.t_in_page, c0, vf);
+    } else {
+      KVQ_UNROLL
+      for (int e = 0; e < kDequantChunk; ++e) {
+        kf[e] = token_key<Cfg>(ref, c0 + e);
+        vf[e] = token_value<Cfg>(ref, c0 + e);
+      }
+    }
     uint32_t kw[kDequantChunk / 2], vw[kDequantChunk / 2];
     KVQ_UNROLL
     for (int e = 0; e < kDequantChunk; e += 2) {
-      kw[e / 2] = uint32_t(T::from_float_saturate(token_key<Cfg>(ref, c0 + e)).bits) |
-                  uint32_t(T::from_float_saturate(token_key<Cfg>(ref, c0 + e + 1)).bits) << 16;
-      vw[e / 2] = uint32_t(T::from_float_saturate(token_value<Cfg>(ref, c0 + e)).bits) |
-                  uint32_t(T::from_float_saturate(token_value<Cfg>(ref, c0 + e + 1)).bits) << 16;
+      kw[e / 2] = uint32_t(T::from_float_saturate(kf[e]).bits) | uint32_t(T::from_float_saturate(kf[e + 1]).bits) << 16;
+      vw[e / 2] = uint32_t(T::from_float_saturate(vf[e]).bits) | uint32_t(T::from_float_saturate(vf[e + 1]).bits) << 16;
     }
     const size_t o = (size_t(cu_out[b] + t) * v.num_kv_heads + h) * D + c0;
     *reinterpret_cast<uint4*>(k_out + o) = make_uint4(kw[0], kw[1], kw[2], kw[3]);

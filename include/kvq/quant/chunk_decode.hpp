@@ -1,0 +1,66 @@
+// kvq/quant/chunk_decode.hpp - dequantize 8 consecutive channels of one token of a record
+// section at once: the packed words and parameters are loaded once for the 8 elements, and each
+// element goes through the same scalar decode as decode_element (element_decode.hpp), so the
+// values are identical to it bit for bit. Used by the dequantize kernel and the host reference's
+// dequantize_sequence.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kvq/cache/config.hpp"
+#include "kvq/quant/element_decode.hpp"
+
+KVQ_NAMESPACE_BEGIN
+
+constexpr int kDecodeChunk = 8;  // channels per chunk; c0 is a multiple of it
+
+// out[e] = value of (token t, channel c0 + e) of a section, e < 8, in fp32.
+template <class Q, Role R, int D, int P, class T>
+KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int c0, float (&out)[kDecodeChunk]) {
+  static_assert(D % kDecodeChunk == 0, "head dims are multiples of 8");
+  if constexpr (Q::kind == QuantKind::kNone) {
+    const T* row = reinterpret_cast<const T*>(codes) + t * D + c0;
+    KVQ_UNROLL
+    for (int e = 0; e < kDecodeChunk; ++e) out[e] = row[e].to_float();
+  } else if constexpr (Q::kind == QuantKind::kInt8) {
+    const int8_t* row = reinterpret_cast<const int8_t*>(codes) + t * D + c0;
+    const float scale = reinterpret_cast<const float*>(params)[t];
+    KVQ_UNROLL
+    for (int e = 0; e < kDecodeChunk; ++e) out[e] = int8_decode(row[e], scale);
+  } else {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(codes);
+    const uint16_t* p16 = reinterpret_cast<const uint16_t*>(params);
+    constexpr int groups = D / Q::group;
+    KVQ_UNROLL
+    for (int e = 0; e < kDecodeChunk; ++e) {
+      const CodeSlot s = code_slot<Q::bits, D>(R, t, c0 + e);
+      const uint32_t code = (words[s.word] >> s.shift) & uint32_t(Q::max_code);
+      // Parameters: keys per channel (a row of the token's group), values per (token, group).
+      uint16_t zero, scale;
+      if constexpr (R == Role::kKey) {
+        const int g = t / Q::group;
+        scale = p16[(2 * g) * D + c0 + e];
+        zero = p16[(2 * g + 1) * D + c0 + e];
+      } else {
+        const int g = (c0 + e) / Q::group;
+        scale = p16[t * groups + g];
+        zero = p16[P * groups + t * groups + g];
+      }
+      out[e] = asym_decode(code, f16_bits_to_f32(zero), f16_bits_to_f32(scale));
+    }
+  }
+}
+
+// The K (R = kKey) or V (R = kValue) half of a record.
+template <class Cfg, Role R>
+KVQ_HD void decode_record_chunk(const uint8_t* record, int t, int c0, float (&out)[kDecodeChunk]) {
+  constexpr RecordOffsets o = Cfg::record;
+  using Q = std::conditional_t<R == Role::kKey, typename Cfg::k_quant, typename Cfg::v_quant>;
+  if constexpr (R == Role::kKey)
+    decode_chunk<Q, R, Cfg::head_dim, Cfg::page, typename Cfg::dtype>(record + o.k_codes, record + o.k_params, t, c0, out);
+  else
+    decode_chunk<Q, R, Cfg::head_dim, Cfg::page, typename Cfg::dtype>(record + o.v_codes, record + o.v_params, t, c0, out);
+}
+
+KVQ_NAMESPACE_END

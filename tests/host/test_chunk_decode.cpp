@@ -1,0 +1,55 @@
+// decode_record_chunk (8 channels at once, used by the dequantize kernel) equals
+// decode_record_element (the reference's per-element decode) bit for bit, on every format and on
+// group sizes smaller than the chunk.
+#include <doctest/doctest.h>
+
+#include <kvq/quant/chunk_decode.hpp>
+#include <kvq/reference/append.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace {
+
+template <class Cfg>
+void check_chunks(uint64_t seed) {
+  using T = typename Cfg::dtype;
+  constexpr int D = Cfg::head_dim, P = Cfg::page;
+  std::vector<T> rows = kvq_test::make_rows<T>(seed, 2 * P, 1, D, 3.0f);  // K rows then V rows
+  rows[5] = T::from_float(1.0e6f);                               // out-of-range for fp16 scales
+  std::vector<uint8_t> record(Cfg::record_bytes);
+  kvq::SeqAppend s{};
+  s.len_new = P;
+  s.cold_new = P;
+  kvq::CacheView<T> view{};
+  view.num_kv_heads = 1;
+  uint32_t flags = 0;
+  kvq::reference::encode_page<Cfg>(view, rows.data(), rows.data() + size_t(P) * D, s, 0, record.data(), flags);
+  size_t mismatches = 0;
+  for (int t = 0; t < P; ++t)
+    for (int c0 = 0; c0 < D; c0 += kvq::kDecodeChunk) {
+      float k[kvq::kDecodeChunk], v[kvq::kDecodeChunk];
+      kvq::decode_record_chunk<Cfg, kvq::Role::kKey>(record.data(), t, c0, k);
+      kvq::decode_record_chunk<Cfg, kvq::Role::kValue>(record.data(), t, c0, v);
+      for (int e = 0; e < kvq::kDecodeChunk; ++e) {
+        const float ke = kvq::decode_record_element<Cfg, kvq::Role::kKey>(record.data(), t, c0 + e);
+        const float ve = kvq::decode_record_element<Cfg, kvq::Role::kValue>(record.data(), t, c0 + e);
+        mismatches += std::memcmp(&ke, &k[e], 4) != 0;
+        mismatches += std::memcmp(&ve, &v[e], 4) != 0;
+      }
+    }
+  CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+TEST_CASE("chunk decode: 8 channels at once equal the per-element decode bit for bit") {
+  check_chunks<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>>(1);
+  check_chunks<kvq::CacheConfig<kvq::fp16, 64, 32, kvq::Int4<32>, kvq::Int2<32>>>(2);
+  check_chunks<kvq::CacheConfig<kvq::bf16, 256, 16, kvq::Int8, kvq::Int8>>(3);
+  check_chunks<kvq::CacheConfig<kvq::fp16, 128, 64, kvq::NoQuant, kvq::NoQuant>>(4);
+  check_chunks<kvq::CacheConfig<kvq::bf16, 64, 16, kvq::Int4<16>, kvq::Int2<4>>>(5);  // value groups < 8
+  check_chunks<kvq::CacheConfig<kvq::bf16, 256, 128, kvq::Int4<32>, kvq::Int4<32>>>(6);
+}
