@@ -29,26 +29,39 @@ KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int
     KVQ_UNROLL
     for (int e = 0; e < kDecodeChunk; ++e) out[e] = int8_decode(row[e], scale);
   } else {
+    // The 8 codes sit in one packed word (keys; INT2 values) or two (INT4 values), see
+    // packing.hpp; the parameters are 8 consecutive fp16 (keys) or one value per group (values).
+    constexpr int bits = Q::bits, n = 32 / bits;
+    constexpr uint32_t mask = uint32_t(Q::max_code);
     const uint32_t* words = reinterpret_cast<const uint32_t*>(codes);
     const uint16_t* p16 = reinterpret_cast<const uint16_t*>(params);
-    constexpr int groups = D / Q::group;
-    KVQ_UNROLL
-    for (int e = 0; e < kDecodeChunk; ++e) {
-      const CodeSlot s = code_slot<Q::bits, D>(R, t, c0 + e);
-      const uint32_t code = (words[s.word] >> s.shift) & uint32_t(Q::max_code);
-      // Parameters: keys per channel (a row of the token's group), values per (token, group).
-      uint16_t zero, scale;
-      if constexpr (R == Role::kKey) {
-        const int g = t / Q::group;
-        scale = p16[(2 * g) * D + c0 + e];
-        zero = p16[(2 * g + 1) * D + c0 + e];
-      } else {
-        const int g = (c0 + e) / Q::group;
-        scale = p16[t * groups + g];
-        zero = p16[P * groups + t * groups + g];
+    uint32_t code[kDecodeChunk];
+    uint16_t scale[kDecodeChunk], zero[kDecodeChunk];
+    if constexpr (R == Role::kKey) {
+      // element j of a word is channel c0 % n + j: j = (c0 % n) + e, c0 % n a multiple of 8
+      const uint32_t w = words[t * (D / n) + c0 / n] >> (bits * ((c0 % n) / 2));
+      const int g = t / Q::group;
+      KVQ_UNROLL
+      for (int e = 0; e < kDecodeChunk; ++e) {
+        code[e] = (w >> packed_bit_offset(bits, e)) & mask;
+        scale[e] = p16[(2 * g) * D + c0 + e];
+        zero[e] = p16[(2 * g + 1) * D + c0 + e];
       }
-      out[e] = asym_decode(code, f16_bits_to_f32(zero), f16_bits_to_f32(scale));
+    } else {
+      // words of a token pair hold n/2 channels; element 2 * (c % (n/2)) + (t & 1)
+      constexpr int half = n / 2, groups = D / Q::group;
+      static_assert(kDecodeChunk % half == 0, "a chunk is whole words of a token pair");
+      const uint32_t* pair = words + (t >> 1) * (D / half) + c0 / half;
+      KVQ_UNROLL
+      for (int e = 0; e < kDecodeChunk; ++e) {
+        code[e] = (pair[e / half] >> packed_bit_offset(bits, 2 * (e % half) + (t & 1))) & mask;
+        const int g = Q::group % kDecodeChunk == 0 ? c0 / Q::group : (c0 + e) / Q::group;
+        scale[e] = p16[t * groups + g];
+        zero[e] = p16[P * groups + t * groups + g];
+      }
     }
+    KVQ_UNROLL
+    for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(code[e], f16_bits_to_f32(zero[e]), f16_bits_to_f32(scale[e]));
   }
 }
 
