@@ -1,4 +1,7 @@
-// The append kernel for one configuration of engine::Instances (kvq_instances.hpp), compiled by nvcc.
+// The append and decode kernels for one configuration of engine::Instances (kvq_instances.hpp),
+// compiled by nvcc.
 #include <kvq/append/append_impl.cuh>
+#include <kvq/decode/decode_impl.cuh>
 #include "kvq_instances.hpp"
 KVQ_INSTANTIATE_APPEND(engine::Bf16D128P64K4V2);
+KVQ_INSTANTIATE_DECODE(engine::Bf16D128P64K4V2);

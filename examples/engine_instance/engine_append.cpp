@@ -1,7 +1,8 @@
 // examples/engine_instance/engine_append.cpp - runtime key -> compiled configuration.
 //
-// A plain C++ translation unit (host compiler, no CUDA header): it calls kvq::append<Cfg>, whose
-// definitions come from the KVQ_INSTANTIATE_APPEND lines of the .cu files next to it.
+// A plain C++ translation unit (host compiler, no CUDA header): it calls kvq::append<Cfg>,
+// kvq::plan_decode<Cfg> and kvq::decode<Cfg>, whose definitions come from the
+// KVQ_INSTANTIATE_APPEND / KVQ_INSTANTIATE_DECODE lines of the .cu files next to it.
 #include "kvq_instances.hpp"
 
 namespace engine {
@@ -35,6 +36,21 @@ kvq::AppendBatch<T> typed(const AppendArgs& a) {
   return b;
 }
 
+template <class T>
+kvq::AttentionBatch<T> typed(const DecodeArgs& a) {
+  kvq::AttentionBatch<T> b;
+  b.batch = a.batch;
+  b.num_q_heads = a.num_q_heads;
+  b.lengths = a.lengths;
+  b.cu_q = a.cu_q;
+  b.q = static_cast<const T*>(a.q);
+  b.new_k = static_cast<const T*>(a.new_k);
+  b.new_v = static_cast<const T*>(a.new_v);
+  b.softmax_scale = a.softmax_scale;
+  b.softcap = a.softcap;
+  return b;
+}
+
 }  // namespace
 
 bool engine_supports(const kvq::ConfigKey& key) { return kvq::contains(Instances{}, key); }
@@ -45,6 +61,24 @@ kvq::Status engine_append(const kvq::ConfigKey& key, const LayerCache& cache, co
     using Cfg = typename decltype(tag)::type;
     using T = typename Cfg::dtype;
     return kvq::append<Cfg>(typed<T>(cache), typed<T>(args), max_new_tokens, flags, stream);
+  });
+}
+
+kvq::Status engine_plan_decode(const kvq::ConfigKey& key, const kvq::DecodeShape& shape, kvq::DecodePlan* plan) {
+  return kvq::dispatch(Instances{}, key, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    return kvq::plan_decode<Cfg>(shape, plan);
+  });
+}
+
+kvq::Status engine_decode(const kvq::ConfigKey& key, const LayerCache& cache, const DecodeArgs& args,
+                          const kvq::DecodePlan& plan, void* workspace, size_t workspace_bytes, void* out,
+                          uint32_t* flags, cudaStream_t stream) {
+  return kvq::dispatch(Instances{}, key, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    using T = typename Cfg::dtype;
+    return kvq::decode<Cfg>(typed<T>(cache), typed<T>(args), plan, workspace, workspace_bytes, static_cast<T*>(out),
+                            flags, stream);
   });
 }
 

@@ -1,22 +1,26 @@
 // examples/engine_instance/kvq_instances.hpp - the engine's light kvq header.
 //
-// What the rest of an engine includes to use kvq's GPU append: its cache configurations as
-// aliases, the list of exactly those compiled into kvq_engine_instance (one .cu each), and one
-// type-erased entry point that maps a runtime ConfigKey to them. No CUDA header is included here,
-// so any host translation unit of the engine (scheduler, model loader, ...) can include it.
+// What the rest of an engine includes to use kvq's GPU append and decode attention: its cache
+// configurations as aliases, the list of exactly those compiled into kvq_engine_instance (one .cu
+// each), and type-erased entry points that map a runtime ConfigKey to them. No CUDA header is
+// included here, so any host translation unit of the engine (scheduler, model loader, ...) can
+// include it.
 //
-//   bf16_d128_p64_none.cu  KVQ_INSTANTIATE_APPEND(engine::Bf16D128P64None);
-//   bf16_d128_p64_int2.cu  KVQ_INSTANTIATE_APPEND(engine::Bf16D128P64Int2);
-//   bf16_d128_p64_k4v2.cu  KVQ_INSTANTIATE_APPEND(engine::Bf16D128P64K4V2);
-//   engine_append.cpp      engine_append(): kvq::dispatch over engine::Instances (host compiler)
+//   bf16_d128_p64_none.cu  KVQ_INSTANTIATE_APPEND / _DECODE(engine::Bf16D128P64None);
+//   bf16_d128_p64_int2.cu  KVQ_INSTANTIATE_APPEND / _DECODE(engine::Bf16D128P64Int2);
+//   bf16_d128_p64_k4v2.cu  KVQ_INSTANTIATE_APPEND / _DECODE(engine::Bf16D128P64K4V2);
+//   engine_append.cpp      engine_append(), engine_plan_decode(), engine_decode(): kvq::dispatch
+//                          over engine::Instances (host compiler)
 //
 // Adding a configuration: an alias here, an entry in Instances, a one-line .cu. An alias is
 // required anyway: KVQ_INSTANTIATE_APPEND is a macro and CacheConfig<...> has commas.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <kvq/append/append.hpp>  // kvq::append<Cfg> (declaration), CacheConfig, ConfigKey, cudaStream_t
+#include <kvq/decode/decode.hpp>  // kvq::plan_decode<Cfg>, kvq::decode<Cfg> (declarations), DecodePlan
 #include <kvq/dispatch/dispatch.hpp>
 
 namespace engine {
@@ -55,6 +59,19 @@ struct AppendArgs {
   int32_t* cold_out = nullptr;        // optional [batch]
 };
 
+// Same fields as kvq::AttentionBatch<T> (kvq/attention/batch.hpp), model-dtype pointers as void*.
+struct DecodeArgs {
+  int32_t batch = 0;
+  int32_t num_q_heads = 0;
+  kvq::SeqLengths lengths;            // prefix lengths; cold lengths before or after this step's append
+  const int32_t* cu_q = nullptr;      // [batch + 1], q_len 1..16 per sequence
+  const void* q = nullptr;            // [cu_q[batch]][num_q_heads][head_dim]
+  const void* new_k = nullptr;        // [cu_q[batch]][num_kv_heads][head_dim]
+  const void* new_v = nullptr;
+  float softmax_scale = 0.0f;
+  float softcap = 0.0f;
+};
+
 // Whether `key` is one of Instances (ask before building a cache of that format).
 bool engine_supports(const kvq::ConfigKey& key);
 
@@ -62,5 +79,15 @@ bool engine_supports(const kvq::ConfigKey& key);
 // for any other key (nothing falls back to another configuration).
 kvq::Status engine_append(const kvq::ConfigKey& key, const LayerCache& cache, const AppendArgs& args,
                           int max_new_tokens, uint32_t* flags, cudaStream_t stream);
+
+// kvq::plan_decode<Cfg>: once per batch shape (host; asks the CUDA occupancy calculator). The
+// plan says how many workspace bytes engine_decode needs.
+kvq::Status engine_plan_decode(const kvq::ConfigKey& key, const kvq::DecodeShape& shape, kvq::DecodePlan* plan);
+
+// kvq::decode<Cfg>: every step; no host synchronisation or allocation (capturable in a CUDA graph).
+// out: [cu_q[batch]][num_q_heads][head_dim] of the model dtype.
+kvq::Status engine_decode(const kvq::ConfigKey& key, const LayerCache& cache, const DecodeArgs& args,
+                          const kvq::DecodePlan& plan, void* workspace, size_t workspace_bytes, void* out,
+                          uint32_t* flags, cudaStream_t stream);
 
 }  // namespace engine
