@@ -132,6 +132,24 @@ void check_fa3(const std::vector<T>& got, const Fp64Attention& f, const std::str
                 where << ": max error vs fp64 " << e_got << ", naive " << std::string(T::name()) << " " << e_naive << ", max |out| " << mx);
 }
 
+// A host-side attention call over the given host arrays (the softmax scale is 1/sqrt(D)).
+template <class T>
+kvq::AttentionBatch<T> host_attention_batch(const kvq::SeqLengths& lengths, int q_heads, const std::vector<int32_t>& cu,
+                                            const std::vector<T>& q, const std::vector<T>& k, const std::vector<T>& v,
+                                            int head_dim, float softcap = 0.0f) {
+  kvq::AttentionBatch<T> a;
+  a.batch = int(cu.size()) - 1;
+  a.num_q_heads = q_heads;
+  a.lengths = lengths;
+  a.cu_q = cu.data();
+  a.q = q.data();
+  a.new_k = k.data();
+  a.new_v = v.data();
+  a.softmax_scale = 1.0f / std::sqrt(float(head_dim));
+  a.softcap = softcap;
+  return a;
+}
+
 // Device copies of one attention call's inputs.
 template <class T>
 struct DeviceAttention {
@@ -232,16 +250,7 @@ void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cf
   for (int b = 0; b < batch; ++b) REQUIRE(host.reserve(b, counts[size_t(b)]));
   dev.upload_tables(host);
 
-  kvq::AttentionBatch<T> a;
-  a.batch = batch;
-  a.num_q_heads = q_heads;
-  a.lengths = host.lengths();
-  a.cu_q = cu.data();
-  a.q = q.data();
-  a.new_k = nk.data();
-  a.new_v = nv.data();
-  a.softmax_scale = 1.0f / std::sqrt(float(D));
-  a.softcap = softcap;
+  const kvq::AttentionBatch<T> a = host_attention_batch(host.lengths(), q_heads, cu, q, nk, nv, D, softcap);
   std::vector<float> ref(size_t(total) * q_heads * D);
   REQUIRE(kvq::reference::attention<Cfg>(host.view(), a, ref.data()) == kvq::Status::kSuccess);
   const Fp64Attention f64 = fp64_attention<Cfg>(host.view(), a);
@@ -372,15 +381,7 @@ void check_decode_isolation(uint64_t seed, Isolation kind) {
   for (auto& x : q) x = T::from_float(x.to_float() * 0.5f);
   for (int b = 0; b < batch; ++b) REQUIRE(host.reserve(b, counts[size_t(b)]));
   dev.upload_tables(host);
-  kvq::AttentionBatch<T> a;
-  a.batch = batch;
-  a.num_q_heads = group;
-  a.lengths = host.lengths();
-  a.cu_q = cu.data();
-  a.q = q.data();
-  a.new_k = nk.data();
-  a.new_v = nv.data();
-  a.softmax_scale = 1.0f / std::sqrt(float(D));
+  const kvq::AttentionBatch<T> a = host_attention_batch(host.lengths(), group, cu, q, nk, nv, D);
 
   // Expected, from the definitions.
   std::vector<double> want(size_t(total) * group * D, 0.0);

@@ -33,14 +33,7 @@ struct Inputs {
     for (auto& x : q) x = T::from_float(x.to_float() * 0.1f);
     k = gen.keys<T>(cu.back());
     v = gen.values<T>(cu.back());
-    a.batch = int(counts.size());
-    a.num_q_heads = kHeads * kGroup;
-    a.lengths = host.lengths();
-    a.cu_q = cu.data();
-    a.q = q.data();
-    a.new_k = k.data();
-    a.new_v = v.data();
-    a.softmax_scale = 1.0f / std::sqrt(128.0f);
+    a = kvq_test::host_attention_batch(host.lengths(), kHeads * kGroup, cu, q, k, v, 128);
   }
 };
 
