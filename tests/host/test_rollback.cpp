@@ -138,3 +138,31 @@ TEST_CASE("rollback: below the cold length or above the length fails and changes
 }
 
 }  // namespace
+
+TEST_CASE("release: a finished sequence's pages return to the pool; the slot starts a new sequence like a fresh cache") {
+  using Cfg = CfgInt2;
+  using T = kvq::bf16;
+  const Seq<T> s = make_seq<T>(0xb031, 400, 2, 128);
+  HostCache<Cfg> c = make_cache<Cfg>(2, 64, 400);
+  const int64_t free0 = c.free_pages();
+  REQUIRE(append_seq<Cfg>(c, s, 0, 300) == Status::kSuccess);
+  REQUIRE(c.cold_len[0] > 0);
+  CHECK(c.free_pages() == free0 - c.cold_len[0] / Cfg::page);
+  c.release(0);
+  CHECK(c.free_pages() == free0);
+  CHECK(c.len[0] == 0);
+  CHECK(c.cold_len[0] == 0);
+  // the same slot runs a new sequence: its live rows and pool pages equal a fresh cache's
+  REQUIRE(append_seq<Cfg>(c, s, 0, 250) == Status::kSuccess);
+  HostCache<Cfg> fresh = make_cache<Cfg>(2, 64, 400);
+  REQUIRE(append_seq<Cfg>(fresh, s, 0, 250) == Status::kSuccess);
+  CHECK(c.len[0] == fresh.len[0]);
+  CHECK(c.cold_len[0] == fresh.cold_len[0]);
+  CHECK(live_rows_equal<Cfg>(c, 0, fresh, 0));
+  std::vector<T> ka(250 * 2 * 128), va(ka.size()), kb(ka.size()), vb(ka.size());
+  REQUIRE(kvq::reference::dequantize_sequence<Cfg>(c.view(), 0, 250, c.cold_len[0], ka.data(), va.data()) == Status::kSuccess);
+  REQUIRE(kvq::reference::dequantize_sequence<Cfg>(fresh.view(), 0, 250, fresh.cold_len[0], kb.data(), vb.data()) ==
+          Status::kSuccess);
+  CHECK(same_bits(ka.data(), kb.data(), ka.size()));
+  CHECK(same_bits(va.data(), vb.data(), va.size()));
+}

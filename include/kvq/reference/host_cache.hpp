@@ -81,6 +81,23 @@ class HostCache {
     return true;
   }
 
+  // Ends sequence b: its cold pages go back to the pool (their bytes stay until reused), its
+  // block-table row is cleared and its lengths become 0, so the batch slot can start a new
+  // sequence. Pages reserved past the cold length (reserve() without an append) are returned too.
+  void release(int b) {
+    int32_t* row = block_table.data() + size_t(b) * size_t(max_pages_);
+    for (int p = max_pages_ - 1; p >= 0; --p)
+      if (row[p] >= 0) {
+        free_pages_.push_back(row[p]);
+        row[p] = -1;
+      }
+    len[size_t(b)] = 0;
+    cold_len[size_t(b)] = 0;
+  }
+
+  // Pages the pool can still hand out.
+  int64_t free_pages() const { return int64_t(free_pages_.size()); }
+
   std::vector<uint8_t> cold;
   std::vector<T> hot_k, hot_v;
   std::vector<int32_t> block_table, hot_slot, len, cold_len;
