@@ -42,10 +42,7 @@ class KvCacheImpl final : public KvCache {
   size_t cold_bytes_per_token() const override { return layers_.size() * size_t(kv_heads_) * Cfg::record_bytes / P; }
 
   void reset(int seq) override {
-    for (Host& c : layers_) {
-      c.len[size_t(seq)] = 0;
-      c.cold_len[size_t(seq)] = 0;
-    }
+    for (Host& c : layers_) c.release(seq);  // pages back to the pool, lengths 0
   }
 
   void check_room(const std::vector<SeqRows>& items) const override {
