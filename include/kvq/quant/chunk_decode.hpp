@@ -29,39 +29,36 @@ KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int
     KVQ_UNROLL
     for (int e = 0; e < kDecodeChunk; ++e) out[e] = int8_decode(row[e], scale);
   } else {
-    // The 8 codes sit in one packed word (keys; INT2 values) or two (INT4 values), see
-    // packing.hpp; the parameters are 8 consecutive fp16 (keys) or one value per group (values).
+    // The 8 codes sit in one packed word (keys; INT2 values) or two (INT4 values): code_slot of
+    // the first channel gives the word and the shift of element 0 (packing.hpp); the parameters
+    // come from asym_params_at, once for the chunk where a value group covers it.
     constexpr int bits = Q::bits, n = 32 / bits;
     constexpr uint32_t mask = uint32_t(Q::max_code);
     const uint32_t* words = reinterpret_cast<const uint32_t*>(codes);
-    const uint16_t* p16 = reinterpret_cast<const uint16_t*>(params);
+    const CodeSlot first = code_slot<bits, D>(R, t, c0);
     uint32_t code[kDecodeChunk];
-    uint16_t scale[kDecodeChunk], zero[kDecodeChunk];
+    AsymParams par[kDecodeChunk];
     if constexpr (R == Role::kKey) {
-      // element j of a word is channel c0 % n + j: j = (c0 % n) + e, c0 % n a multiple of 8
-      const uint32_t w = words[t * (D / n) + c0 / n] >> (bits * ((c0 % n) / 2));
-      const int g = t / Q::group;
+      // channels c0 .. c0+7 are elements e of the word shifted to channel c0 (c0 % n is even)
+      const uint32_t w = words[first.word] >> first.shift;
       KVQ_UNROLL
       for (int e = 0; e < kDecodeChunk; ++e) {
         code[e] = (w >> packed_bit_offset(bits, e)) & mask;
-        scale[e] = p16[(2 * g) * D + c0 + e];
-        zero[e] = p16[(2 * g + 1) * D + c0 + e];
+        par[e] = asym_params_at<Q, R, D, P>(params, t, c0 + e);
       }
     } else {
-      // words of a token pair hold n/2 channels; element 2 * (c % (n/2)) + (t & 1)
-      constexpr int half = n / 2, groups = D / Q::group;
+      // a token pair's word holds n/2 channels; channel c0 + e is element 2 (e % (n/2)) + (t & 1)
+      constexpr int half = n / 2;
       static_assert(kDecodeChunk % half == 0, "a chunk is whole words of a token pair");
-      const uint32_t* pair = words + (t >> 1) * (D / half) + c0 / half;
+      const AsymParams whole = asym_params_at<Q, R, D, P>(params, t, c0);
       KVQ_UNROLL
       for (int e = 0; e < kDecodeChunk; ++e) {
-        code[e] = (pair[e / half] >> packed_bit_offset(bits, 2 * (e % half) + (t & 1))) & mask;
-        const int g = Q::group % kDecodeChunk == 0 ? c0 / Q::group : (c0 + e) / Q::group;
-        scale[e] = p16[t * groups + g];
-        zero[e] = p16[P * groups + t * groups + g];
+        code[e] = (words[first.word + e / half] >> packed_bit_offset(bits, 2 * (e % half) + (t & 1))) & mask;
+        par[e] = Q::group % kDecodeChunk == 0 ? whole : asym_params_at<Q, R, D, P>(params, t, c0 + e);
       }
     }
     KVQ_UNROLL
-    for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(code[e], f16_bits_to_f32(zero[e]), f16_bits_to_f32(scale[e]));
+    for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(code[e], f16_bits_to_f32(par[e].zero), f16_bits_to_f32(par[e].scale));
   }
 }
 
