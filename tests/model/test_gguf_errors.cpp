@@ -3,6 +3,7 @@
 #include <fstream>
 #include <vector>
 
+#include "gguf_writer.hpp"
 #include "test_support.hpp"
 #include "tokenizer.hpp"
 
@@ -11,40 +12,10 @@ using namespace smollm2_test;
 
 namespace {
 
-// A minimal GGUF writer for synthetic files.
-struct Writer {
-  std::vector<uint8_t> b;
-  template <class T>
-  void put(T v) {
-    const size_t n = b.size();
-    b.resize(n + sizeof(T));
-    std::memcpy(b.data() + n, &v, sizeof(T));
-  }
-  void str(const std::string& s) {
-    put<uint64_t>(s.size());
-    b.insert(b.end(), s.begin(), s.end());
-  }
-  void kv_str(const std::string& k, const std::string& v) {
-    str(k);
-    put<uint32_t>(8);
-    str(v);
-  }
-  void kv_u32(const std::string& k, uint32_t v) {
-    str(k);
-    put<uint32_t>(4);
-    put<uint32_t>(v);
-  }
-  void kv_f32(const std::string& k, float v) {
-    str(k);
-    put<uint32_t>(6);
-    put<float>(v);
-  }
-};
+using Writer = GgufWriter;
 
 std::string write(const std::string& name, const std::vector<uint8_t>& bytes) {
-  const std::string path = std::string(SMOLLM2_WORK) + "/" + name;
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-  return path;
+  return write_bytes(std::string(SMOLLM2_WORK) + "/" + name, bytes);
 }
 
 // A tiny "Llama" (1 layer, d_model 64, 1 head, vocab 16) whose single tensor has type `type`.

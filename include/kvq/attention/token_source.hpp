@@ -64,6 +64,12 @@ KVQ_HD int64_t transition_pages_end(const SeqAttention& s, int page) {
   return by_len < by_target ? by_len : by_target;
 }
 
+// End of the tokens served by records (cold pool + pages turning cold in this step).
+KVQ_HD int64_t records_end(const SeqAttention& s) {
+  const int64_t r = s.cold > s.target ? s.cold : s.target;
+  return r < s.len ? r : s.len;
+}
+
 // Token t as the attention reads it: either a record (quantized) or raw rows.
 template <class T>
 struct TokenRef {

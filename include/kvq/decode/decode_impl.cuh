@@ -19,8 +19,8 @@
 
 #include <cmath>
 
-#include "kvq/append/page_encoder.cuh"
 #include "kvq/attention/token_source.hpp"
+#include "kvq/attention/transition.cuh"
 #include "kvq/decode/decode.hpp"
 #include "kvq/decode/records_kernel.cuh"
 #include "kvq/decode/workspace.cuh"
@@ -28,24 +28,6 @@
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
-
-template <class Cfg>
-__global__ void __launch_bounds__(256) KVQ_HIDDEN
-    decode_transition_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
-                             DecodeWorkspace ws) {
-  constexpr int P = Cfg::page;
-  __shared__ PageEncoderSmem<Cfg> sm;
-  __shared__ SeqAttention s;
-  const int j = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
-  if (threadIdx.x == 0) s = resolve_attention(v, a, b, P);
-  __syncthreads();
-  if (s.status != Status::kSuccess) return;  // reported by the split kernel
-  const int64_t p = s.cold / P + j;
-  if (p >= transition_pages_end(s, P) || j >= plan.transition_pages) return;
-  uint8_t* record = ws.transition + record_offset(int64_t(b) * plan.transition_pages + j, h, v.num_kv_heads, Cfg::record_bytes);
-  uint32_t ignored = 0;  // sanitisation is reported by the append that stores the page
-  encode_page_block<Cfg>(v, a.new_k, a.new_v, as_append(s), p, h, record, sm, ignored);
-}
 
 KVQ_DEVICE float warp_sum(float x) {
   KVQ_UNROLL
@@ -209,8 +191,7 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   const int group = batch.num_q_heads / cache.num_kv_heads;
   const int row_tiles8 = (group * plan.shape.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
   const unsigned nb = unsigned(batch.batch);
-  detail::decode_transition_kernel<Cfg>
-      <<<dim3(unsigned(plan.transition_pages), nb, unsigned(cache.num_kv_heads)), 256, 0, stream>>>(cache, batch, plan, ws);
+  detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream);
   constexpr bool records_path = detail::RecordTile<Cfg>::supported;
   if constexpr (records_path) {
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;

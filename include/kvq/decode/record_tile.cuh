@@ -27,7 +27,7 @@
 #include <type_traits>
 
 #include "kvq/cache/config.hpp"
-#include "kvq/decode/mma.cuh"
+#include "kvq/numeric/mma.cuh"
 #include "kvq/quant/formats.hpp"
 
 KVQ_NAMESPACE_BEGIN

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kvq/attention/pages_valid.cuh"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/core/status.hpp"
@@ -38,26 +39,6 @@ inline DecodeWorkspace carve(const DecodePlan& p, void* ws) {
 KVQ_HD bool sequence_exceeds_plan(const SeqAttention& s, const DecodePlan& plan) {
   return s.status != Status::kSuccess || s.q_len > plan.shape.max_q_len || s.q0 + s.q_len > plan.shape.total_q ||
          s.len + s.q_len > int64_t(plan.max_splits) * plan.split_tokens;
-}
-
-// End of the tokens served by records (cold pool + pages turning cold in this step).
-KVQ_HD int64_t records_end(const SeqAttention& s) {
-  const int64_t r = s.cold > s.target ? s.cold : s.target;
-  return r < s.len ? r : s.len;
-}
-
-// CTA-wide: the sequence is valid and every pool page id of [start, end) is in the pool.
-template <class T>
-__device__ bool pages_valid(const CacheView<T>& v, int b, const SeqAttention& s, bool bad, int64_t start, int64_t end,
-                            int page) {
-  const int64_t pool_end = s.cold < s.len ? s.cold : s.len;
-  const int64_t limit = end < pool_end ? end : pool_end;
-  bool ok = !bad;
-  for (int64_t pg = start / page + threadIdx.x; ok && pg * page < limit; pg += blockDim.x) {
-    const int32_t id = v.block_table[int64_t(b) * v.max_pages_per_seq + pg];
-    ok = id >= 0 && id < v.num_pages;
-  }
-  return __syncthreads_and(ok) != 0;
 }
 
 __device__ inline void reject_sequence(const DecodeWorkspace& ws, int b, uint32_t* flags) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kvq/cache/config.hpp"
@@ -14,6 +15,18 @@
 KVQ_NAMESPACE_BEGIN
 
 constexpr int kDecodeChunk = 8;  // channels per chunk; c0 is a multiple of it
+
+// 8 consecutive 16-bit values from a 16-byte aligned address, in one load on the device.
+KVQ_HD void load8_u16(const uint16_t* p, uint16_t (&out)[kDecodeChunk]) {
+#if defined(__CUDA_ARCH__)
+  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  const uint32_t x[4] = {w.x, w.y, w.z, w.w};
+  KVQ_UNROLL
+  for (int e = 0; e < kDecodeChunk; ++e) out[e] = uint16_t(x[e / 2] >> (16 * (e % 2)));
+#else
+  std::memcpy(out, p, sizeof(out));
+#endif
+}
 
 // out[e] = value of (token t, channel c0 + e) of a section, e < 8, in fp32.
 template <class Q, Role R, int D, int P, class T>
@@ -39,12 +52,17 @@ KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int
     uint32_t code[kDecodeChunk];
     AsymParams par[kDecodeChunk];
     if constexpr (R == Role::kKey) {
-      // channels c0 .. c0+7 are elements e of the word shifted to channel c0 (c0 % n is even)
+      // channels c0 .. c0+7 are elements e of the word shifted to channel c0 (c0 % n is even);
+      // their 8 scales and 8 zeros are 16 aligned bytes each (rows of D fp16, c0 % 8 == 0)
       const uint32_t w = words[first.word] >> first.shift;
+      const uint16_t* row = key_params_row<Q, D>(params, t);
+      uint16_t scale[kDecodeChunk], zero[kDecodeChunk];
+      load8_u16(row + c0, scale);
+      load8_u16(row + D + c0, zero);
       KVQ_UNROLL
       for (int e = 0; e < kDecodeChunk; ++e) {
         code[e] = (w >> packed_bit_offset(bits, e)) & mask;
-        par[e] = asym_params_at<Q, R, D, P>(params, t, c0 + e);
+        par[e] = AsymParams{scale[e], zero[e]};
       }
     } else {
       // a token pair's word holds n/2 channels; channel c0 + e is element 2 (e % (n/2)) + (t & 1)

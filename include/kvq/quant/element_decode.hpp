@@ -14,13 +14,19 @@
 
 KVQ_NAMESPACE_BEGIN
 
+// Key parameters of the token group holding token t: scale[D] then zero[D], fp16 bits.
+template <class Q, int D>
+KVQ_HD const uint16_t* key_params_row(const uint8_t* params, int t) {
+  return reinterpret_cast<const uint16_t*>(params) + size_t(2 * (t / Q::group)) * D;
+}
+
 // Stored parameters of an asymmetric group that covers (t, c).
 template <class Q, Role R, int D, int P>
 KVQ_HD AsymParams asym_params_at(const uint8_t* params, int t, int c) {
   const uint16_t* p16 = reinterpret_cast<const uint16_t*>(params);
   if constexpr (R == Role::kKey) {
-    const int g = t / Q::group;
-    return AsymParams{p16[(2 * g) * D + c], p16[(2 * g + 1) * D + c]};
+    const uint16_t* row = key_params_row<Q, D>(params, t);
+    return AsymParams{row[c], row[D + c]};
   }
   constexpr int groups = D / Q::group;
   return AsymParams{p16[t * groups + c / Q::group], p16[P * groups + t * groups + c / Q::group]};

@@ -1,4 +1,4 @@
-// kvq/decode/mma.cuh - the few PTX instructions the tensor-core attention kernels use (sm_80+).
+// kvq/numeric/mma.cuh - the few PTX instructions the tensor-core attention kernels use (sm_80+).
 //
 // Fragment layout of mma.m16n8k16 (g = lane / 4, i = lane % 4; each register holds a pair of
 // 16-bit values, the lower-numbered column / k index in the low half):
@@ -105,6 +105,24 @@ KVQ_DEVICE uint32_t movmatrix_trans(uint32_t x) {
   uint32_t d;
   asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(x));
   return d;
+}
+
+// Loads four 8 x 8 matrices of 16-bit values from shared memory: lanes 8j .. 8j+7 give the row
+// addresses (16 bytes each) of matrix j, and register j of every lane receives matrix j in the
+// (row g, cols 2i..2i+1) layout above; _trans delivers each matrix transposed.
+KVQ_DEVICE void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s)
+               : "memory");
+}
+KVQ_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s)
+               : "memory");
 }
 
 // 16-byte asynchronous global -> shared copy (L2 only) and its group fences.

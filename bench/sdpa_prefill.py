@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""PyTorch SDPA (bf16, dense KV) on the chunked-prefill shapes of kvq's prefill benchmark: a chunk
+of new queries over prefix + chunk keys, causal aligned to the bottom right (each query sees the
+whole prefix and the chunk up to itself). CUDA events, L2 flushed before each timed call, median
+of 10. FLOPs counted as the issue defines them: 4 chunk prefix D Hq + 2 chunk^2 D Hq.
+
+usage: python3 bench/sdpa_prefill.py [--csv OUT]
+K/V are expanded to the 32 query heads before timing (SDPA's fused kernels take the bias with
+equal head counts), so the time is the attention alone."""
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--csv")
+args = ap.parse_args()
+dev = torch.device("cuda")
+flush = torch.empty(int(4 * torch.cuda.get_device_properties(0).L2_cache_size), dtype=torch.uint8, device=dev)
+rows = []
+hq, hk, d = 32, 8, 128
+for chunk, prefix in [(c, p) for c in (2048, 8192) for p in (0, 30720, 122880)]:
+    q = torch.randn(1, hq, chunk, d, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(1, hk, prefix + chunk, d, device=dev, dtype=torch.bfloat16).repeat_interleave(hq // hk, dim=1)
+    v = torch.randn(1, hk, prefix + chunk, d, device=dev, dtype=torch.bfloat16).repeat_interleave(hq // hk, dim=1)
+    bias = causal_lower_right(chunk, prefix + chunk)
+    fn = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(10):
+        flush.random_(0, 255)
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e3)
+    t = statistics.median(times)
+    flops = 4.0 * chunk * prefix * d * hq + 2.0 * chunk * chunk * d * hq
+    rows.append((chunk, prefix, t, flops / t / 1e6))
+    print(f"sdpa bf16 chunk {chunk} prefix {prefix}: {t:.1f} us, {flops / t / 1e6:.1f} TFLOP/s")
+    del q, k, v
+    torch.cuda.empty_cache()
+if args.csv:
+    with open(args.csv, "w") as f:
+        f.write("kernel,format,chunk,prefix,time_us,tflops\n")
+        for c, p, t, tf in rows:
+            f.write(f"sdpa,bf16,{c},{p},{t:.2f},{tf:.1f}\n")

@@ -1,0 +1,45 @@
+// kvq/attention/transition.cuh - the pages of a sequence's prefix that turn cold in this step.
+//
+// An attention call may run before its step's append (see attention/batch.hpp). The prefix pages
+// [cold/P, transition_pages_end) are then still ring rows, but the contract says the attention
+// sees them as the append will store them: this kernel quantizes them with the append's own code
+// (page_encoder.cuh) into a caller-provided transition area, where token_ref finds them:
+//   transition [batch][transition_pages][num_kv_heads][record_bytes]
+// Shared by decode and chunked prefill. Grid: (transition_pages, batch, num_kv_heads), 256 threads.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kvq/append/page_encoder.cuh"
+#include "kvq/attention/token_source.hpp"
+
+KVQ_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Cfg>
+__global__ void __launch_bounds__(256) KVQ_HIDDEN
+    transition_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, int transition_pages,
+                      uint8_t* transition) {
+  constexpr int P = Cfg::page;
+  __shared__ PageEncoderSmem<Cfg> sm;
+  __shared__ SeqAttention s;
+  const int j = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
+  if (threadIdx.x == 0) s = resolve_attention(v, a, b, P);
+  __syncthreads();
+  if (s.status != Status::kSuccess) return;  // reported by the attention kernel
+  const int64_t p = s.cold / P + j;
+  if (p >= transition_pages_end(s, P) || j >= transition_pages) return;
+  uint8_t* record = transition + record_offset(int64_t(b) * transition_pages + j, h, v.num_kv_heads, Cfg::record_bytes);
+  uint32_t ignored = 0;  // sanitisation is reported by the append that stores the page
+  encode_page_block<Cfg>(v, a.new_k, a.new_v, as_append(s), p, h, record, sm, ignored);
+}
+
+template <class Cfg>
+void launch_transition(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
+                       int transition_pages, uint8_t* transition, cudaStream_t stream) {
+  transition_kernel<Cfg><<<dim3(unsigned(transition_pages), unsigned(a.batch), unsigned(v.num_kv_heads)), 256, 0, stream>>>(
+      v, a, transition_pages, transition);
+}
+
+}  // namespace detail
+KVQ_NAMESPACE_END

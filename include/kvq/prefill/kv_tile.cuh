@@ -1,0 +1,174 @@
+// kvq/prefill/kv_tile.cuh - one K/V tile of the prefill kernel: BN consecutive tokens of one
+// sequence and KV head, in the model dtype in shared memory, filled from wherever the contract
+// says each token lives (attention/token_source.hpp).
+//
+// Shared memory (per buffer):
+//   k, v  [BN][D] of T, row-major, 16-byte chunks swizzled: chunk c of row r sits at chunk
+//         c ^ (r % 8) of the row, so the 8 rows an ldmatrix reads hit 8 different bank groups.
+//   raw   the quantized bytes of the tile (only for quantized roles), BN / SP staged pages of SP
+//         tokens, each laid out like a record of page SP (record_layout.hpp):
+//           kc  K codes   [SP tokens] (token-major words, packing.hpp)
+//           kp  K params  int8: scale[SP]; INT2/4: scale[D], zero[D] per key group covering the SP
+//                         tokens (a single group when the group is longer than SP)
+//           vc  V codes   [SP / 2 token pairs]
+//           vp  V params  int8: scale[SP]; INT2/4: scale[SP][D/Gv], then zero[SP][D/Gv]
+//         SP = min(P, BN): a staged page is a whole record (P <= BN) or a BN-token slice of one
+//         (P = 128), always a handful of contiguous 16-byte runs of the record.
+// Filling a tile is two steps so the copy overlaps the previous tile's math:
+//   issue():  cp.async of the raw bytes of record tokens (quantized roles) and of the model-dtype
+//             rows (hot ring, new tokens, "none" records) straight into k / v; zeros past the end;
+//   decode(): after the copy landed, the record tokens of quantized roles are dequantized from
+//             raw into k / v, 8 channels a thread, with decode_chunk (the host reference's code).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kvq/attention/token_source.hpp"
+#include "kvq/cache/append_plan.hpp"
+#include "kvq/cache/config.hpp"
+#include "kvq/numeric/mma.cuh"
+#include "kvq/quant/chunk_decode.hpp"
+
+KVQ_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Cfg>
+struct KvTile {
+  using T = typename Cfg::dtype;
+  using KQ = typename Cfg::k_quant;
+  using VQ = typename Cfg::v_quant;
+  static constexpr int D = Cfg::head_dim, P = Cfg::page;
+  static constexpr int BN = D <= 128 ? 64 : 32;  // tokens per tile
+  static constexpr int SP = P < BN ? P : BN;     // tokens per staged page
+  static constexpr int staged_pages = BN / SP;
+  static constexpr int chunks = D / 8;           // 16-byte chunks per row
+  static constexpr bool k_staged = KQ::kind != QuantKind::kNone;
+  static constexpr bool v_staged = VQ::kind != QuantKind::kNone;
+
+  template <class Q, Role R>
+  static constexpr size_t params_bytes() {
+    return Q::kind == QuantKind::kNone   ? 0
+           : Q::kind == QuantKind::kInt8 ? size_t(SP) * 4
+           : R == Role::kKey             ? size_t(SP >= Q::group ? SP / Q::group : 1) * D * 4
+                                         : size_t(SP) * (D / Q::group) * 4;
+  }
+  static constexpr size_t kc_bytes = k_staged ? size_t(SP) * D * KQ::bits / 8 : 0;
+  static constexpr size_t kp_bytes = params_bytes<KQ, Role::kKey>();
+  static constexpr size_t vc_bytes = v_staged ? size_t(SP) * D * VQ::bits / 8 : 0;
+  static constexpr size_t vp_bytes = params_bytes<VQ, Role::kValue>();
+  static constexpr size_t kc = 0, kp = kc_bytes, vc = kp + kp_bytes, vp = vc + vc_bytes, page_bytes = vp + vp_bytes;
+  static_assert(kc_bytes % 16 == 0 && kp_bytes % 16 == 0 && vc_bytes % 16 == 0 && vp_bytes % 16 == 0,
+                "staged sections are whole 16-byte chunks");
+  static constexpr size_t raw_bytes = page_bytes * staged_pages;
+  static constexpr size_t rows_bytes = size_t(BN) * D * sizeof(T);  // k or v of one buffer
+
+  KVQ_DEVICE static int swizzle(int row, int chunk) { return row * chunks + (chunk ^ (row & 7)); }
+
+  // Source of byte `at` of the staged page whose first token is `off` tokens into `record`.
+  KVQ_DEVICE static const uint8_t* staged_source(const uint8_t* record, int off, size_t at) {
+    constexpr RecordOffsets o = Cfg::record;
+    if (at < kp) return record + o.k_codes + size_t(off) * D * KQ::bits / 8 + at;
+    if (at < vc) {
+      if constexpr (KQ::kind == QuantKind::kInt8) return record + o.k_params + size_t(off) * 4 + (at - kp);
+      else return record + o.k_params + size_t(off / KQ::group) * D * 4 + (at - kp);
+    }
+    if (at < vp) return record + o.v_codes + size_t(off) * D * VQ::bits / 8 + (at - vc);
+    if constexpr (VQ::kind == QuantKind::kInt8) {
+      return record + o.v_params + size_t(off) * 4 + (at - vp);
+    } else {
+      constexpr size_t groups = VQ::kind == QuantKind::kNone ? 1 : D / VQ::group, half = size_t(SP) * groups * 2;
+      const size_t x = at - vp;
+      return record + o.v_params + (x < half ? 0 : size_t(P) * groups * 2) + size_t(off) * groups * 2 + (x % half);
+    }
+  }
+};
+
+// What the fill of a tile needs to know about its sequence and KV head.
+template <class T>
+struct TileSource {
+  CacheView<T> v;
+  const T* new_k;
+  const T* new_v;
+  const uint8_t* transition;  // this sequence's transition records, [page - cold/P][num_kv_heads][record]
+  SeqAppend seq;              // the step seen as an append (source_row)
+  int64_t cold, rec_end, kv_end;
+  int b, h;
+
+  KVQ_DEVICE const uint8_t* record(int64_t t, int page, size_t record_bytes) const {
+    const int64_t pg = t / page;
+    return t < cold ? v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + pg], h, v.num_kv_heads, record_bytes)
+                    : transition + record_offset(pg - cold / page, h, v.num_kv_heads, record_bytes);
+  }
+};
+
+// cp.async of tile [t0, t0 + BN) into (k, v, raw); the caller commits the group.
+template <class Cfg>
+KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, uint8_t* raw) {
+  using Tile = KvTile<Cfg>;
+  using T = typename Cfg::dtype;
+  constexpr int D = Cfg::head_dim, P = Cfg::page, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
+  constexpr RecordOffsets o = Cfg::record;
+  if constexpr (Tile::k_staged || Tile::v_staged) {
+    constexpr int page_chunks = int(Tile::page_bytes / 16);
+    for (int idx = threadIdx.x; idx < Tile::staged_pages * page_chunks; idx += blockDim.x) {
+      const int sp = idx / page_chunks;
+      const int64_t ts = t0 + int64_t(sp) * SP;
+      if (ts >= src.rec_end) continue;
+      const size_t at = size_t(idx % page_chunks) * 16;
+      cp_async16(raw + size_t(sp) * Tile::page_bytes + at,
+                 Tile::staged_source(src.record(ts, P, Cfg::record_bytes), int(ts % P), at));
+    }
+  }
+  // Model-dtype rows: every row of a "none" role, the hot / new rows of a quantized one.
+  for (int idx = threadIdx.x; idx < 2 * BN * CH; idx += blockDim.x) {
+    const bool is_v = idx >= BN * CH;
+    const int r = (idx % (BN * CH)) / CH, c = idx % CH;
+    const int64_t t = t0 + r;
+    const bool staged = is_v ? Tile::v_staged : Tile::k_staged;
+    if (staged && t < src.rec_end) continue;
+    uint8_t* dst = (is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16;
+    if (t >= src.kv_end) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+      continue;
+    }
+    const T* row;
+    if (t < src.rec_end)
+      row = reinterpret_cast<const T*>(src.record(t, P, Cfg::record_bytes) + (is_v ? o.v_codes : o.k_codes)) + size_t(t % P) * D;
+    else
+      row = source_row(src.v, is_v ? src.v.hot_v : src.v.hot_k, is_v ? src.new_v : src.new_k, src.seq, t, src.h, D, P);
+    cp_async16(dst, row + 8 * c);
+  }
+}
+
+// Dequantizes the record tokens of tile [t0, t0 + BN) of the quantized roles from raw into k / v.
+template <class Cfg>
+KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, const uint8_t* raw) {
+  using Tile = KvTile<Cfg>;
+  using T = typename Cfg::dtype;
+  constexpr int D = Cfg::head_dim, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
+  if constexpr (Tile::k_staged || Tile::v_staged) {
+    const int64_t rows64 = src.rec_end - t0;
+    const int rows = rows64 <= 0 ? 0 : rows64 >= BN ? BN : int(rows64);
+    constexpr int roles = (Tile::k_staged ? 1 : 0) + (Tile::v_staged ? 1 : 0);
+    for (int idx = threadIdx.x; idx < roles * rows * CH; idx += blockDim.x) {
+      const bool is_v = !Tile::k_staged || idx >= rows * CH;
+      const int r = (idx % (rows * CH)) / CH, c = idx % CH;
+      const uint8_t* page = raw + size_t(r / SP) * Tile::page_bytes;
+      float x[kDecodeChunk];
+      if (is_v) {
+        if constexpr (Tile::v_staged)
+          decode_chunk<typename Cfg::v_quant, Role::kValue, D, SP, T>(page + Tile::vc, page + Tile::vp, r % SP, 8 * c, x);
+      } else {
+        if constexpr (Tile::k_staged)
+          decode_chunk<typename Cfg::k_quant, Role::kKey, D, SP, T>(page + Tile::kc, page + Tile::kp, r % SP, 8 * c, x);
+      }
+      const uint4 w = make_uint4(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]), pack2<T>(x[4], x[5]), pack2<T>(x[6], x[7]));
+      *reinterpret_cast<uint4*>((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16) = w;
+    }
+  }
+}
+
+}  // namespace detail
+KVQ_NAMESPACE_END

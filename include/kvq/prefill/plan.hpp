@@ -1,0 +1,76 @@
+// kvq/prefill/plan.hpp - the host-side plan of a chunked-prefill attention call (no CUDA needed).
+//
+// plan_prefill() runs once per batch shape: from upper bounds on the batch (sequences, longest
+// len + q_len, longest chunk, total query tokens) it sizes the grid and the workspace. The run
+// step (kvq::prefill) reads the actual lengths from device memory, so one plan serves every
+// batch within its bounds (and a captured CUDA graph can be replayed with new lengths).
+#pragma once
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+
+#include "kvq/cache/record_layout.hpp"
+#include "kvq/core/status.hpp"
+
+KVQ_NAMESPACE_BEGIN
+
+// Query rows (chunk tokens x GQA heads, token-major) one CTA carries, 16 per warp: 64 or 128.
+// More rows share each dequantized K/V tile (quantized formats pay the dequantization once per
+// CTA and tile); fewer rows leave registers and shared memory for two CTAs per multiprocessor.
+constexpr int kPrefillRowsSmall = 64, kPrefillRowsLarge = 128;
+constexpr int prefill_rows_per_cta(int head_dim, bool quantized) {
+  return quantized && head_dim <= 128 ? kPrefillRowsLarge : kPrefillRowsSmall;
+}
+
+struct PrefillShape {
+  int32_t batch;         // sequences (upper bound)
+  int32_t num_q_heads;
+  int32_t num_kv_heads;
+  int32_t residual;      // R of the cache
+  int64_t max_tokens;    // upper bound of len + q_len over the batch
+  int32_t max_q_len;     // longest chunk (any length >= 1)
+  int64_t total_q;       // upper bound of the sum of q_len (rows of q)
+};
+
+// Workspace layout (offsets 256-byte aligned):
+//   transition records [batch][R/P + 1][num_kv_heads][record_bytes]   prefix pages turning cold
+//                                                                     in this step
+struct PrefillPlan {
+  PrefillShape shape;
+  int32_t head_dim, page;
+  size_t record_bytes;
+  int32_t rows_per_cta;      // kPrefillRowsSmall or kPrefillRowsLarge
+  int32_t row_tiles;         // CTAs per (sequence, KV head): ceil(group * max_q_len / rows_per_cta)
+  int32_t transition_pages;  // R/P + 1
+  size_t transition_offset, workspace_bytes;
+};
+
+inline Status plan_prefill(const PrefillShape& s, int head_dim, int page, size_t record_bytes, int rows_per_cta,
+                           PrefillPlan* plan) {
+  if (!plan) return Status::kNullPointer;
+  if (s.batch < 0 || s.batch > 65535 || s.num_kv_heads <= 0 || s.num_kv_heads > 65535 || s.num_q_heads <= 0 ||
+      s.num_q_heads % s.num_kv_heads != 0 || s.max_q_len < 1 || s.total_q < 0 ||
+      s.total_q > int64_t(s.batch) * s.max_q_len || s.max_tokens < 0 || s.max_tokens > INT32_MAX)
+    return Status::kInvalidShape;
+  if (s.residual < 0 || page <= 0 || s.residual % page != 0) return Status::kConfigMismatch;
+  if (rows_per_cta != kPrefillRowsSmall && rows_per_cta != kPrefillRowsLarge) return Status::kInvalidShape;
+  const int64_t group = s.num_q_heads / s.num_kv_heads;
+  const int64_t row_tiles = (group * s.max_q_len + rows_per_cta - 1) / rows_per_cta;
+  if (row_tiles > INT32_MAX) return Status::kInvalidShape;
+  PrefillPlan p{};
+  p.shape = s;
+  p.head_dim = head_dim;
+  p.page = page;
+  p.record_bytes = record_bytes;
+  p.rows_per_cta = rows_per_cta;
+  p.row_tiles = int32_t(row_tiles);
+  p.transition_pages = s.residual / page + 1;
+  p.transition_offset = 0;
+  p.workspace_bytes = (size_t(s.batch) * p.transition_pages * s.num_kv_heads * record_bytes + 255) & ~size_t(255);
+  if (p.workspace_bytes == 0) p.workspace_bytes = 256;
+  *plan = p;
+  return Status::kSuccess;
+}
+
+KVQ_NAMESPACE_END

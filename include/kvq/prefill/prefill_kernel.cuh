@@ -1,0 +1,203 @@
+// kvq/prefill/prefill_kernel.cuh - the tensor-core kernel of chunked-prefill attention.
+//
+// CTA = (row tile, sequence, KV head). Its BM (64 or 128) query rows are chunk tokens x GQA heads of one KV
+// head, token-major (row r = token r / group, query head h * group + r % group), so every K/V
+// tile is read and dequantized once for the whole group. BM / 16 warps, 16 rows each, FlashAttention-2
+// style over the keys [0, last row's position]:
+//   S (16 rows x BN tokens) = Q . K^T   mma.m16n8k16, Q and K from shared memory by ldmatrix
+//   online softmax per row in the log2 domain, causal mask where a tile reaches the chunk
+//   O (16 rows x D)        += P . V     P from the S accumulators, V by ldmatrix.trans
+// K/V tiles come from kv_tile.cuh, double-buffered: tile j + 1 is copied (cp.async) while tile j
+// is multiplied, then dequantized in shared memory. Nothing dequantized is written to global memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kvq/attention/pages_valid.cuh"
+#include "kvq/attention/token_source.hpp"
+#include "kvq/prefill/kv_tile.cuh"
+#include "kvq/prefill/plan.hpp"
+
+KVQ_NAMESPACE_BEGIN
+namespace detail {
+
+// Dynamic shared memory: q [BM][D] (swizzled like the K/V rows), two K/V buffers, one raw stage.
+template <class Cfg, int BM>
+struct PrefillSmem {
+  using Tile = KvTile<Cfg>;
+  static constexpr size_t q_bytes = size_t(BM) * Cfg::head_dim * sizeof(typename Cfg::dtype);
+  static constexpr size_t kv_offset = q_bytes;
+  static constexpr size_t raw_offset = kv_offset + 4 * Tile::rows_bytes;
+  static constexpr size_t bytes = raw_offset + (Tile::raw_bytes > 0 ? Tile::raw_bytes : 16);
+};
+
+template <class Cfg, int BM>
+__global__ void __launch_bounds__(BM * 2) KVQ_HIDDEN
+    prefill_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, PrefillPlan plan,
+                   uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags) {
+  using T = typename Cfg::dtype;
+  using Tile = KvTile<Cfg>;
+  using L = PrefillSmem<Cfg, BM>;
+  constexpr int D = Cfg::head_dim, P = Cfg::page, BN = Tile::BN, CH = Tile::chunks, KS = D / 16, NT = BN / 8, OT = D / 8;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* qs = smem;
+  uint8_t* raw = smem + L::raw_offset;
+  auto kbuf = [&](int j) { return smem + L::kv_offset + size_t(2 * (j & 1)) * Tile::rows_bytes; };
+  auto vbuf = [&](int j) { return smem + L::kv_offset + size_t(2 * (j & 1) + 1) * Tile::rows_bytes; };
+  __shared__ SeqAttention s;
+  __shared__ int bad;
+
+  const int tile = plan.row_tiles - 1 - int(blockIdx.x);  // the longest rows (latest tokens) first
+  const int b = blockIdx.y, h = blockIdx.z;
+  const int group = a.num_q_heads / v.num_kv_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
+  if (threadIdx.x == 0) {
+    s = resolve_attention(v, a, b, P);
+    bad = s.status != Status::kSuccess || s.q_len > plan.shape.max_q_len || s.q0 + s.q_len > plan.shape.total_q ||
+          s.len + s.q_len > plan.shape.max_tokens;
+  }
+  __syncthreads();
+  const int rows = bad ? 0 : group * s.q_len, row0 = tile * BM;
+  if (row0 >= rows && tile != 0) return;
+  const int64_t last_pos = rows > 0 ? s.len + (min(rows, row0 + BM) - 1) / group : 0;
+  if (!pages_valid(v, b, s, bad, 0, bad ? 0 : s.len + s.q_len, P)) {  // every CTA checks all: all or none write
+    if (threadIdx.x == 0) atomicOr(flags, uint32_t(kFlagBadSequence));
+    return;
+  }
+  if (row0 >= rows) return;
+
+  TileSource<T> src{v, a.new_k, a.new_v,
+                    transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes),
+                    as_append(s), s.cold, records_end(s), last_pos + 1, b, h};
+
+  // Queries of the tile's rows (zeros past the sequence's rows).
+  for (int idx = threadIdx.x; idx < BM * CH; idx += blockDim.x) {
+    const int r = idx / CH, c = idx % CH, rg = row0 + r;
+    uint8_t* dst = qs + size_t(Tile::swizzle(r, c)) * 16;
+    if (rg < rows)
+      cp_async16(dst, a.q + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + 8 * c);
+    else
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+  }
+  issue_tile<Cfg>(src, 0, kbuf(0), vbuf(0), raw);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  decode_tile<Cfg>(src, 0, kbuf(0), vbuf(0), raw);
+  __syncthreads();
+
+  // This thread's two rows (g and g + 8 of the warp) and their positions; padding rows take the
+  // last real row's position (finite softmax, never stored).
+  const int wr0 = row0 + 16 * warp;
+  auto pos_of = [&](int rg) { return s.len + (rg < rows ? rg : rows - 1) / group; };
+  const int64_t pos[2] = {pos_of(wr0 + g), pos_of(wr0 + g + 8)};
+  const int64_t warp_first = pos_of(wr0), warp_last = pos_of(wr0 + 15);
+  const float scale_log2 = a.softmax_scale * 1.4426950408889634f;
+
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[OT][4];
+  KVQ_UNROLL
+  for (int ot = 0; ot < OT; ++ot) o[ot][0] = o[ot][1] = o[ot][2] = o[ot][3] = 0.0f;
+
+  const int ntiles = int((src.kv_end + BN - 1) / BN);
+  for (int j = 0; j < ntiles; ++j) {
+    const int64_t t0 = int64_t(j) * BN;
+    if (j + 1 < ntiles) issue_tile<Cfg>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw);
+    cp_async_commit();
+    if (t0 <= warp_last) {  // some key of the tile is visible to this warp's rows
+      const uint8_t* ks = kbuf(j);
+      const uint8_t* vs = vbuf(j);
+      // ---- S = Q . K^T ----
+      float sacc[NT][4];
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt) sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0.0f;
+      KVQ_UNROLL
+      for (int kk = 0; kk < KS; ++kk) {
+        uint32_t qa[4];
+        ldmatrix_x4(qa, qs + size_t(Tile::swizzle(16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * kk + (lane >> 4))) * 16);
+        KVQ_UNROLL
+        for (int np = 0; np < NT / 2; ++np) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, ks + size_t(Tile::swizzle(16 * np + 8 * (lane >> 4) + (lane & 7), 2 * kk + ((lane >> 3) & 1))) * 16);
+          mma16816<T>(sacc[2 * np], qa, kb[0], kb[1]);
+          mma16816<T>(sacc[2 * np + 1], qa, kb[2], kb[3]);
+        }
+      }
+      // ---- online softmax (log2 domain), causal mask where the tile reaches the chunk ----
+      const bool mask = t0 + BN - 1 > warp_first;
+      float mx[2] = {-INFINITY, -INFINITY};
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
+        KVQ_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          float x = sacc[nt][e];
+          if (a.softcap > 0.0f)
+            x = a.softcap * tanhf(x * a.softmax_scale / a.softcap) * 1.4426950408889634f;
+          else
+            x *= scale_log2;
+          if (mask && t0 + 8 * nt + 2 * i + (e & 1) > pos[e >> 1]) x = -INFINITY;
+          sacc[nt][e] = x;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+      float corr[2];
+      KVQ_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+        const float m_new = fmaxf(m[hh], mx[hh]);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        corr[hh] = exp2f(m[hh] - m_use);
+        m[hh] = m_new;
+        l[hh] *= corr[hh];
+        mx[hh] = m_use;
+      }
+      KVQ_UNROLL
+      for (int ot = 0; ot < OT; ++ot) {
+        o[ot][0] *= corr[0], o[ot][1] *= corr[0];
+        o[ot][2] *= corr[1], o[ot][3] *= corr[1];
+      }
+      uint32_t pa[NT / 2][4];
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt) {
+        const float p0 = exp2f(sacc[nt][0] - mx[0]), p1 = exp2f(sacc[nt][1] - mx[0]);
+        const float p2 = exp2f(sacc[nt][2] - mx[1]), p3 = exp2f(sacc[nt][3] - mx[1]);
+        l[0] += p0 + p1;
+        l[1] += p2 + p3;
+        pa[nt / 2][2 * (nt & 1)] = pack2<T>(p0, p1);      // row g
+        pa[nt / 2][2 * (nt & 1) + 1] = pack2<T>(p2, p3);  // row g + 8
+      }
+      // ---- O += P . V ----
+      KVQ_UNROLL
+      for (int kt = 0; kt < BN / 16; ++kt)
+        KVQ_UNROLL
+        for (int cp = 0; cp < OT / 2; ++cp) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, vs + size_t(Tile::swizzle(16 * kt + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * cp + (lane >> 4))) * 16);
+          mma16816<T>(o[2 * cp], pa[kt], vb[0], vb[1]);
+          mma16816<T>(o[2 * cp + 1], pa[kt], vb[2], vb[3]);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (j + 1 < ntiles) decode_tile<Cfg>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw);
+    __syncthreads();
+  }
+
+  // ---- normalise and store this thread's two rows ----
+  KVQ_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    float lt = l[hh];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    const int rg = wr0 + g + 8 * hh;
+    if (rg >= rows) continue;
+    const float inv = 1.0f / lt;
+    uint32_t* dst = reinterpret_cast<uint32_t*>(out + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D);
+    KVQ_UNROLL
+    for (int ot = 0; ot < OT; ++ot) dst[4 * ot + i] = pack2<T>(o[ot][2 * hh] * inv, o[ot][2 * hh + 1] * inv);
+  }
+}
+
+}  // namespace detail
+KVQ_NAMESPACE_END

@@ -1,0 +1,220 @@
+// GPU chunked-prefill attention vs the host reference: prompts split into random chunks (chunks
+// of 1 token, chunks that start and end inside pages, prefixes of 0 tokens and of 64K+), GQA
+// groups of several sizes, each chunk checked before and after its append (FlashAttention-3
+// criterion against fp64, sanity bounds against the fp32 host reference, identical bits on a
+// second run into poisoned output). After the schedule the device cache must equal, byte for
+// byte, the cache of a one-shot prefill of the same prompts.
+#pragma once
+
+#include <kvq/prefill/prefill_impl.cuh>
+
+#include "decode_check.cuh"
+
+namespace kvq_test {
+
+// Runs kvq::prefill into poisoned output (twice: the result must not change between runs).
+template <class Cfg>
+std::vector<typename Cfg::dtype> run_prefill(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
+                                             const kvq::PrefillPlan& plan, uint32_t* flags, const std::string& where) {
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  std::vector<typename Cfg::dtype> first;
+  for (int run = 0; run < 2; ++run) {
+    KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(typename Cfg::dtype)));
+    REQUIRE(kvq::prefill<Cfg>(view, d.a, plan, ws.get(), ws.size(), d.out.get(), flags, nullptr) == kvq::Status::kSuccess);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    if (run == 0) {
+      first = d.out.download();
+    } else {
+      CHECK_MESSAGE(first_difference(first, d.out.download()) == -1, where << ": a second run gives different bits");
+    }
+  }
+  return first;
+}
+
+// One chunk per sequence (counts[b] tokens, rows taken from each prompt at offset done[b]).
+template <class Cfg>
+std::vector<typename Cfg::dtype> prefill_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cfg>& dev,
+                                                        const std::vector<std::vector<typename Cfg::dtype>>& pk,
+                                                        const std::vector<std::vector<typename Cfg::dtype>>& pv,
+                                                        const std::vector<int64_t>& done, const std::vector<int32_t>& counts,
+                                                        const std::vector<typename Cfg::dtype>& q, int heads, int group,
+                                                        float softcap, const std::string& where_base) {
+  using T = typename Cfg::dtype;
+  const size_t row = size_t(heads) * Cfg::head_dim;
+  const int batch = int(counts.size());
+  std::vector<T> nk, nv;
+  int64_t total = 0, max_tokens = 0;
+  int32_t max_q = 1;
+  for (int b = 0; b < batch; ++b) {
+    const size_t at = size_t(done[size_t(b)]) * row, n = size_t(counts[size_t(b)]) * row;
+    nk.insert(nk.end(), pk[size_t(b)].begin() + at, pk[size_t(b)].begin() + at + n);
+    nv.insert(nv.end(), pv[size_t(b)].begin() + at, pv[size_t(b)].begin() + at + n);
+    total += counts[size_t(b)];
+    max_q = std::max(max_q, counts[size_t(b)]);
+    max_tokens = std::max<int64_t>(max_tokens, host.len[size_t(b)] + counts[size_t(b)]);
+  }
+  kvq::PrefillPlan plan;
+  const kvq::PrefillShape shape{batch, heads * group, heads, host.view().residual, max_tokens, max_q, total};
+  REQUIRE(kvq::plan_prefill<Cfg>(shape, &plan) == kvq::Status::kSuccess);
+  DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
+  const std::string where = where_base + " group " + std::to_string(group) + " max chunk " + std::to_string(max_q);
+  std::vector<T> out = attention_step_and_check<Cfg>(host, dev, counts, group, softcap, q, nk, nv, heads, where,
+                                                     [&](const kvq::CacheView<T>& view, DeviceAttention<T>& d, const std::string& w) {
+                                                       return run_prefill<Cfg>(view, d, plan, d_flags.get(), w);
+                                                     });
+  CHECK(d_flags.download()[0] == 0u);
+  return out;
+}
+
+// A random chunk schedule over 3 prompts (one inside the window, one of one to four pages, one
+// long), then the comparisons with a one-shot prefill (cache bytes, outputs).
+template <class Cfg>
+void check_prefill_schedule(uint64_t seed) {
+  using T = typename Cfg::dtype;
+  constexpr int P = Cfg::page, D = Cfg::head_dim;
+  std::mt19937_64 rng(seed);
+  const int heads = 1 + int(rng() % 2);
+  const int groups[] = {1, 2, 3, 4, 5, 8, 16};
+  const int group = groups[rng() % 7];
+  const int residual = P * int(rng() % 3);
+  const int batch = 3, longest = D == 256 ? 700 : 1400;
+  const int max_pages = longest / P + 8, slots = batch + 1;
+  std::vector<int64_t> prompt{int64_t(1 + rng() % (residual + P)), int64_t(P + 1 + rng() % (3 * P)),
+                              int64_t(longest / 2 + rng() % (longest / 2))};
+  std::shuffle(prompt.begin(), prompt.end(), rng);
+  KvGenerator gen(heads, D, seed * 131 + 5);
+  std::vector<std::vector<T>> pk(batch), pv(batch);
+  for (int b = 0; b < batch; ++b) {
+    pk[size_t(b)] = gen.keys<T>(prompt[size_t(b)]);
+    pv[size_t(b)] = gen.values<T>(prompt[size_t(b)]);
+  }
+  kvq::reference::HostCache<Cfg> host(heads, int64_t(batch) * max_pages, slots, residual, max_pages, batch);
+  for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = (b + 2) % slots;
+  DeviceMirror<Cfg> dev;
+  dev.upload(host);
+  const std::string base = "seed " + std::to_string(seed) + " R " + std::to_string(residual) + " heads " + std::to_string(heads);
+
+  // Chunked: each step gives every sequence a chunk of 1 token, up to a page, up to 3 pages or
+  // up to 500 tokens (the first step of sequence 0 is always a single token).
+  std::vector<int64_t> done(batch, 0);
+  std::vector<std::vector<T>> chunked(batch), queries(batch);  // outputs and queries per sequence, in token order
+  const float softcap = seed % 2 ? 30.0f : 0.0f;
+  for (int step = 0; done != prompt; ++step) {
+    std::vector<int32_t> counts(batch);
+    for (int b = 0; b < batch; ++b) {
+      const int kind = step == 0 && b == 0 ? 0 : int(rng() % 4);
+      const int64_t want = kind == 0 ? 1 : kind == 1 ? 1 + rng() % P : kind == 2 ? 1 + rng() % (3 * P) : 1 + rng() % 500;
+      counts[size_t(b)] = int32_t(std::min(want, prompt[size_t(b)] - done[size_t(b)]));
+    }
+    int64_t total = 0;
+    for (int32_t c : counts) total += c;
+    const std::vector<T> q = make_queries<T>(gen, total, group);
+    const std::vector<T> out = prefill_step_and_check<Cfg>(host, dev, pk, pv, done, counts, q, heads, group, softcap,
+                                                           base + " step " + std::to_string(step));
+    size_t at = 0;
+    for (int b = 0; b < batch; ++b) {
+      const size_t n = size_t(counts[size_t(b)]) * heads * group * D;
+      chunked[size_t(b)].insert(chunked[size_t(b)].end(), out.begin() + at, out.begin() + at + n);
+      queries[size_t(b)].insert(queries[size_t(b)].end(), q.begin() + at, q.begin() + at + n);
+      at += n;
+      done[size_t(b)] += counts[size_t(b)];
+    }
+  }
+
+  // One-shot prefill of the same prompts: the cache bytes must be identical.
+  kvq::reference::HostCache<Cfg> once(heads, int64_t(batch) * max_pages, slots, residual, max_pages, batch);
+  once.hot_slot = host.hot_slot;
+  std::vector<T> all_k, all_v;
+  std::vector<int32_t> counts(batch);
+  for (int b = 0; b < batch; ++b) {
+    all_k.insert(all_k.end(), pk[size_t(b)].begin(), pk[size_t(b)].end());
+    all_v.insert(all_v.end(), pv[size_t(b)].begin(), pv[size_t(b)].end());
+    counts[size_t(b)] = int32_t(prompt[size_t(b)]);
+  }
+  DeviceMirror<Cfg> dev_once;
+  dev_once.upload(once);
+  REQUIRE(step_both_with(once, dev_once, counts, all_k, all_v, base + " one-shot"));
+  // Page ids may differ between the two histories: compare records page by page via the tables.
+  for (int b = 0; b < batch; ++b) {
+    REQUIRE(host.cold_len[size_t(b)] == once.cold_len[size_t(b)]);
+    REQUIRE(host.len[size_t(b)] == once.len[size_t(b)]);
+  }
+  const std::vector<uint8_t> chunked_pool = dev.cold.download();
+  const std::vector<T> chunked_hot_k = dev.hot_k.download(), chunked_hot_v = dev.hot_v.download();
+  size_t bad_records = 0;
+  for (int b = 0; b < batch; ++b)
+    for (int64_t pg = 0; pg < host.cold_len[size_t(b)] / P; ++pg) {
+      const int32_t a = host.block_table[size_t(b) * max_pages + size_t(pg)], o = once.block_table[size_t(b) * max_pages + size_t(pg)];
+      const size_t bytes = size_t(heads) * Cfg::record_bytes;
+      bad_records += !std::equal(chunked_pool.begin() + size_t(a) * bytes, chunked_pool.begin() + size_t(a + 1) * bytes,
+                                 once.cold.begin() + size_t(o) * bytes);
+    }
+  CHECK_MESSAGE(bad_records == 0, base << ": " << bad_records << " cold pages of the chunked prefill differ from the one-shot's");
+  CHECK_MESSAGE(first_difference(chunked_hot_k, once.hot_k) == -1, base << ": hot K rings differ from the one-shot prefill's");
+  CHECK_MESSAGE(first_difference(chunked_hot_v, once.hot_v) == -1, base << ": hot V rings differ from the one-shot prefill's");
+
+  // Outputs vs a one-shot prefill attention of the whole prompts on an empty cache (which sees
+  // every prompt token unquantized): equal within rounding for "none" and close for INT8; the
+  // INT4 / INT2 formats differ by what quantizing the earlier chunks costs (reported).
+  std::vector<T> all_q, chunked_out;
+  for (int b = 0; b < batch; ++b) {
+    all_q.insert(all_q.end(), queries[size_t(b)].begin(), queries[size_t(b)].end());
+    chunked_out.insert(chunked_out.end(), chunked[size_t(b)].begin(), chunked[size_t(b)].end());
+  }
+  kvq::reference::HostCache<Cfg> fresh(heads, int64_t(batch) * max_pages, slots, residual, max_pages, batch);
+  fresh.hot_slot = host.hot_slot;
+  for (int b = 0; b < batch; ++b) REQUIRE(fresh.reserve(b, counts[size_t(b)]));
+  DeviceMirror<Cfg> dev_fresh;
+  dev_fresh.upload(fresh);
+  std::vector<int32_t> cu(size_t(batch) + 1, 0);
+  int32_t max_q = 1;
+  for (int b = 0; b < batch; ++b) {
+    cu[size_t(b) + 1] = cu[size_t(b)] + counts[size_t(b)];
+    max_q = std::max(max_q, counts[size_t(b)]);
+  }
+  const kvq::AttentionBatch<T> a = host_attention_batch(fresh.lengths(), heads * group, cu, all_q, all_k, all_v, D, softcap);
+  DeviceAttention<T> d(a, cu, all_q, all_k, all_v, dev_fresh.cold_len.get());
+  kvq::PrefillPlan plan;
+  REQUIRE(kvq::plan_prefill<Cfg>(kvq::PrefillShape{batch, heads * group, heads, residual, max_q, max_q, cu.back()}, &plan) ==
+          kvq::Status::kSuccess);
+  DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
+  const std::vector<T> one_shot = run_prefill<Cfg>(dev_fresh.view(fresh), d, plan, d_flags.get(), base + " one-shot attention");
+  std::vector<float> one_shot_f(one_shot.size());
+  for (size_t x = 0; x < one_shot.size(); ++x) one_shot_f[x] = one_shot[x].to_float();
+  const OutputError e = output_error(chunked_out, one_shot_f);
+  MESSAGE(base << ": chunked vs one-shot prefill outputs, rel L2 " << e.rel_l2 << ", rel max " << e.rel_max);
+  if constexpr (Cfg::k_quant::kind == kvq::QuantKind::kNone && Cfg::v_quant::kind == kvq::QuantKind::kNone)
+    CHECK_MESSAGE(e.rel_l2 < 1e-2, base << ": chunked vs one-shot rel L2 " << e.rel_l2);
+  if constexpr (Cfg::k_quant::kind == kvq::QuantKind::kInt8 && Cfg::v_quant::kind == kvq::QuantKind::kInt8)
+    CHECK_MESSAGE(e.rel_l2 < 5e-2, base << ": chunked vs one-shot rel L2 " << e.rel_l2);
+}
+
+// A 64K+ prefix (65,573 tokens, not a page multiple, beside a short sequence), then chunks of
+// 97 and 1 tokens with GQA 4.
+template <class Cfg>
+void check_prefill_long(uint64_t seed) {
+  using T = typename Cfg::dtype;
+  constexpr int P = Cfg::page, D = Cfg::head_dim;
+  const int heads = 1, group = 4, residual = 2 * P, batch = 2;
+  const std::vector<int32_t> prompt{65536 + 37, 300};
+  const int max_pages = prompt[0] / P + 8;
+  kvq::reference::HostCache<Cfg> host(heads, int64_t(batch) * max_pages, batch, residual, max_pages, batch);
+  for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = 1 - b;
+  KvGenerator gen(heads, D, seed);
+  DeviceMirror<Cfg> dev;
+  dev.upload(host);
+  REQUIRE(step_both(host, dev, prompt, gen, false, "long prefix"));
+  for (int32_t chunk : {97, 1}) {
+    const std::vector<int32_t> counts{chunk, 1 + chunk / 2};
+    std::vector<std::vector<T>> pk(batch), pv(batch);
+    for (int b = 0; b < batch; ++b) {
+      pk[size_t(b)] = gen.keys<T>(counts[size_t(b)]);
+      pv[size_t(b)] = gen.values<T>(counts[size_t(b)]);
+    }
+    const std::vector<T> q = make_queries<T>(gen, counts[0] + counts[1], group);
+    prefill_step_and_check<Cfg>(host, dev, pk, pv, {0, 0}, counts, q, heads, group, 0.0f,
+                                "64K prefix, chunk " + std::to_string(chunk));
+  }
+}
+
+}  // namespace kvq_test

@@ -1,0 +1,194 @@
+// Chunked-prefill cases the random schedules do not reach: arguments rejected on the host,
+// sequences rejected on the device (only they are skipped), and CUDA-graph capture replayed with
+// different chunk lengths within the plan.
+#include "prefill_check.cuh"
+
+namespace {
+
+using Cfg = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>;
+using T = kvq::bf16;
+constexpr int kHeads = 2, kGroup = 3, kR = 64, kPages = 80;
+
+struct Fixture {
+  kvq::reference::HostCache<Cfg> host;
+  kvq_test::DeviceMirror<Cfg> dev;
+  kvq_test::KvGenerator gen;
+  explicit Fixture(int batch, const std::vector<int32_t>& prompt, uint64_t seed)
+      : host(kHeads, int64_t(batch) * kPages, batch, kR, kPages, batch), gen(kHeads, 128, seed) {
+    for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = batch - 1 - b;
+    dev.upload(host);
+    REQUIRE(kvq_test::step_both(host, dev, prompt, gen, false, "prompt"));
+  }
+};
+
+// A prefill call's host inputs for chunks of `counts` tokens per sequence.
+struct Inputs {
+  std::vector<int32_t> cu;
+  std::vector<T> q, k, v;
+  kvq::AttentionBatch<T> a;
+  Inputs(kvq::reference::HostCache<Cfg>& host, kvq_test::KvGenerator& gen, const std::vector<int32_t>& counts) {
+    cu.assign(counts.size() + 1, 0);
+    for (size_t b = 0; b < counts.size(); ++b) cu[b + 1] = cu[b] + counts[b];
+    q = kvq_test::make_queries<T>(gen, cu.back(), kGroup);
+    k = gen.keys<T>(cu.back());
+    v = gen.values<T>(cu.back());
+    a = kvq_test::host_attention_batch(host.lengths(), kHeads * kGroup, cu, q, k, v, 128);
+  }
+};
+
+kvq::PrefillPlan make_plan(int batch, int64_t max_tokens, int max_q, int64_t total_q) {
+  kvq::PrefillPlan plan;
+  REQUIRE(kvq::plan_prefill<Cfg>(kvq::PrefillShape{batch, kHeads * kGroup, kHeads, kR, max_tokens, max_q, total_q}, &plan) ==
+          kvq::Status::kSuccess);
+  return plan;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("prefill: arguments rejected on the host, with the Status that names the problem") {
+    Fixture f(2, {300, 40}, 81);
+    Inputs in(f.host, f.gen, {100, 7});
+    for (int b = 0; b < 2; ++b) REQUIRE(f.host.reserve(b, in.cu[size_t(b) + 1] - in.cu[size_t(b)]));
+    f.dev.upload_tables(f.host);
+    kvq_test::DeviceAttention<T> d(in.a, in.cu, in.q, in.k, in.v, f.dev.cold_len.get());
+    const kvq::PrefillPlan plan = make_plan(2, 400, 100, 107);
+    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes + 256);
+    kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
+    const kvq::CacheView<T> v = f.dev.view(f.host);
+    auto run = [&](const kvq::CacheView<T>& view, const kvq::AttentionBatch<T>& a, const kvq::PrefillPlan& p, void* w,
+                   size_t bytes, T* out, uint32_t* fl) { return kvq::prefill<Cfg>(view, a, p, w, bytes, out, fl, nullptr); };
+    CHECK(run(v, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kSuccess);
+    CHECK(run(v, d.a, plan, ws.get(), ws.size(), nullptr, flags.get()) == kvq::Status::kNullPointer);
+    CHECK(run(v, d.a, plan, ws.get(), ws.size(), d.out.get(), nullptr) == kvq::Status::kNullPointer);
+    CHECK(run(v, d.a, plan, nullptr, ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
+    CHECK(run(v, d.a, plan, ws.get(), plan.workspace_bytes - 1, d.out.get(), flags.get()) == kvq::Status::kWorkspaceTooSmall);
+    CHECK(run(v, d.a, plan, ws.get() + 16, plan.workspace_bytes, d.out.get(), flags.get()) == kvq::Status::kInvalidShape);
+    kvq::AttentionBatch<T> odd_q = d.a;
+    odd_q.q = d.a.q + 1;  // rows must be 16-byte aligned
+    CHECK(run(v, odd_q, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kInvalidShape);
+    kvq::AttentionBatch<T> no_k = d.a;
+    no_k.new_k = nullptr;
+    CHECK(run(v, no_k, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
+    kvq::AttentionBatch<T> odd_heads = d.a;
+    odd_heads.num_q_heads = 7;
+    CHECK(run(v, odd_heads, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kInvalidShape);
+    kvq::AttentionBatch<T> no_scale = d.a;
+    no_scale.softmax_scale = 0.0f;
+    CHECK(run(v, no_scale, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kInvalidShape);
+    kvq::AttentionBatch<T> bigger = d.a;
+    bigger.batch = 3;
+    CHECK(run(v, bigger, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kInvalidShape);
+    kvq::PrefillPlan other = plan;
+    other.page = 32;
+    CHECK(run(v, d.a, other, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kConfigMismatch);
+    kvq::CacheView<T> no_ring = v;
+    no_ring.hot_k = nullptr;
+    CHECK(run(no_ring, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
+    kvq::PrefillPlan p;
+    CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 2, kR, 400, 0, 0}, &p) == kvq::Status::kInvalidShape);
+    CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 2, kR, 400, 10, 21}, &p) == kvq::Status::kInvalidShape);
+    CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 4, kR, 400, 10, 20}, &p) == kvq::Status::kInvalidShape);
+    CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 2, 70, 400, 10, 20}, &p) == kvq::Status::kConfigMismatch);
+    CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 2, kR, 400, 10, 20}, nullptr) == kvq::Status::kNullPointer);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(flags.download()[0] == 0u);
+  }
+
+  TEST_CASE("prefill: sequences rejected on the device keep their poisoned output, the others are computed") {
+    Fixture f(4, {700, 300, 500, 90}, 91);
+    // Sequence 1's chunk is longer than the plan's; sequence 2's first page id is outside the
+    // pool; sequence 3 claims a length beyond its block table.
+    Inputs in(f.host, f.gen, {150, 201, 20, 5});
+    for (int b = 0; b < 4; ++b) REQUIRE(f.host.reserve(b, in.cu[size_t(b) + 1] - in.cu[size_t(b)]));
+    std::vector<float> ref(in.q.size());
+    REQUIRE(kvq::reference::attention<Cfg>(f.host.view(), in.a, ref.data()) == kvq::Status::kSuccess);
+    f.dev.upload_tables(f.host);
+    std::vector<int32_t> table = f.host.block_table;
+    table[size_t(2) * kPages] = int32_t(f.host.view().num_pages) + 3;
+    f.dev.block_table.upload(table);
+    std::vector<int32_t> lens = f.host.len, colds = f.host.cold_len;
+    lens[3] = (kPages + 1) * 64 + 5;
+    colds[3] = (kPages + 1) * 64;
+    kvq_test::DeviceBuffer<int32_t> d_colds(colds);
+    kvq_test::DeviceAttention<T> d(in.a, in.cu, in.q, in.k, in.v, d_colds.get());
+    d.prefix.upload(lens);
+    const kvq::PrefillPlan plan = make_plan(4, (kPages + 1) * 64 + 16, 200, in.cu.back());
+    kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
+    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
+    REQUIRE(kvq::prefill<Cfg>(f.dev.view(f.host), d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get(), nullptr) ==
+            kvq::Status::kSuccess);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK((flags.download()[0] & kvq::kFlagBadSequence) != 0u);
+    const std::vector<T> got = d.out.download();
+    const size_t row = size_t(kHeads * kGroup) * 128, ok_rows = size_t(in.cu[1]) * row;
+    std::vector<T> ok(got.begin(), got.begin() + ok_rows);
+    std::vector<float> ok_ref(ref.begin(), ref.begin() + ok_rows);
+    const kvq_test::OutputError e = kvq_test::output_error(ok, ok_ref);
+    CHECK_MESSAGE(e.rel_l2 < kvq_test::kRelL2Bound, "valid sequence 0: rel L2 " << e.rel_l2);
+    size_t written = 0;
+    for (size_t x = ok_rows; x < got.size(); ++x) written += got[x].bits != 0xffffu;
+    CHECK_MESSAGE(written == 0, written << " outputs of rejected sequences were written");
+  }
+
+  TEST_CASE("prefill: captured once in a CUDA graph, replayed with different chunk lengths") {
+    constexpr int kBatch = 2, kMaxQ = 300;
+    Fixture f(kBatch, {500, 3}, 101);
+    const kvq::PrefillPlan plan = make_plan(kBatch, 4000, kMaxQ, kBatch * kMaxQ);
+    for (int b = 0; b < kBatch; ++b) REQUIRE(f.host.reserve(b, 1500));  // block tables fixed before capture
+    f.dev.upload_tables(f.host);
+    const size_t q_elems = size_t(kBatch) * kMaxQ * kHeads * kGroup * 128, kv_elems = size_t(kBatch) * kMaxQ * kHeads * 128;
+    kvq_test::DeviceBuffer<int32_t> d_cu(kBatch + 1), d_prefix(kBatch);
+    kvq_test::DeviceBuffer<T> d_q(q_elems), d_k(kv_elems), d_v(kv_elems), d_out(q_elems);
+    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
+    kvq::AttentionBatch<T> da;
+    da.batch = kBatch;
+    da.num_q_heads = kHeads * kGroup;
+    da.lengths = kvq::SeqLengths{d_prefix.get(), f.dev.cold_len.get()};
+    da.cu_q = d_cu.get();
+    da.q = d_q.get();
+    da.new_k = d_k.get();
+    da.new_v = d_v.get();
+    da.softmax_scale = 1.0f / std::sqrt(128.0f);
+    cudaStream_t stream;
+    KVQ_CUDA_CHECK(cudaStreamCreate(&stream));
+    cudaGraph_t graph;
+    KVQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const kvq::Status st = kvq::prefill<Cfg>(f.dev.view(f.host), da, plan, ws.get(), ws.size(), d_out.get(), flags.get(), stream);
+    KVQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    REQUIRE(st == kvq::Status::kSuccess);
+    cudaGraphExec_t exec;
+    KVQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    std::mt19937_64 rng(102);
+    for (int replay = 0; replay < 4; ++replay) {
+      std::vector<int32_t> counts(kBatch);
+      for (auto& c : counts) c = 1 + int32_t(rng() % kMaxQ);
+      Inputs in(f.host, f.gen, counts);
+      std::vector<float> ref(in.q.size());
+      REQUIRE(kvq::reference::attention<Cfg>(f.host.view(), in.a, ref.data()) == kvq::Status::kSuccess);
+      const kvq_test::Fp64Attention f64 = kvq_test::fp64_attention<Cfg>(f.host.view(), in.a);
+      const std::vector<int32_t> prefix = f.host.len;
+      if (replay % 2) REQUIRE(kvq_test::step_both_with(f.host, f.dev, counts, in.k, in.v, "graph replay"));
+      d_cu.upload(in.cu);
+      d_prefix.upload(prefix);
+      KVQ_CUDA_CHECK(cudaMemcpy(d_q.get(), in.q.data(), in.q.size() * sizeof(T), cudaMemcpyHostToDevice));
+      KVQ_CUDA_CHECK(cudaMemcpy(d_k.get(), in.k.data(), in.k.size() * sizeof(T), cudaMemcpyHostToDevice));
+      KVQ_CUDA_CHECK(cudaMemcpy(d_v.get(), in.v.data(), in.v.size() * sizeof(T), cudaMemcpyHostToDevice));
+      KVQ_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, d_out.size() * sizeof(T)));
+      KVQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      KVQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<T> got = d_out.download();
+      got.resize(ref.size());
+      const kvq_test::OutputError e = kvq_test::output_error(got, ref);
+      CHECK_MESSAGE(e.rel_l2 < kvq_test::kRelL2Bound, "replay " << replay << ": rel L2 " << e.rel_l2);
+      kvq_test::check_fa3(got, f64, "replay " + std::to_string(replay));
+      if (replay % 2 == 0) REQUIRE(kvq_test::step_both_with(f.host, f.dev, counts, in.k, in.v, "graph replay"));
+    }
+    CHECK(flags.download()[0] == 0u);
+    KVQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    KVQ_CUDA_CHECK(cudaGraphDestroy(graph));
+    KVQ_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+}
