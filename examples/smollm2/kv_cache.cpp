@@ -1,6 +1,8 @@
 // kv_cache.cpp - runtime cache specification -> compiled configuration (see kv_cache.hpp).
 #include "kv_cache.hpp"
 
+#include <algorithm>
+
 #include "gguf.hpp"
 #include "kv_cache_configs.hpp"
 
@@ -58,6 +60,36 @@ std::unique_ptr<KvCache> make_kv_cache(const CacheSpec& spec, int layers, int kv
                 kvq::to_string(kvq::Status::kNotInstantiated) + "); compiled: " + compiled_configurations());
   (void)key;
   return out;
+}
+
+std::vector<AttentionCall> attention_calls(AttentionPath path, int residual, int page, const std::vector<SeqRows>& items,
+                                           const std::vector<int64_t>& len, const std::vector<int64_t>& cold) {
+  std::vector<AttentionCall> calls;
+  for (const SeqRows& it : items) {
+    const int64_t L = len[size_t(it.seq)], end = L + it.count;
+    int64_t C = cold[size_t(it.seq)];
+    if (path == AttentionPath::kReference) {
+      if (it.count > 0)
+        calls.push_back(AttentionCall{it.seq, it.row, it.count, int32_t(L), int32_t(C),
+                                      int32_t(kvq::cold_after(end, C, residual, page))});
+      continue;
+    }
+    // Query p of decoding sees tokens below b(p) = min(p, cold_after(p + 1)) quantized. A call for
+    // queries [a, e) gives every query min(a, cold_after(e)) as that boundary: extend e while
+    // both agree with b(a).
+    const int64_t C0 = C;
+    auto boundary = [&](int64_t p) { return std::min<int64_t>(p, kvq::cold_after(p + 1, C0, residual, page)); };
+    for (int64_t a = L; a < end;) {
+      const int64_t b = boundary(a);
+      int64_t e = a + 1;
+      while (e < end && boundary(e) == b && std::min<int64_t>(a, kvq::cold_after(e + 1, C0, residual, page)) == b) ++e;
+      const int64_t after = kvq::cold_after(e, C, residual, page);
+      calls.push_back(AttentionCall{it.seq, int(it.row + (a - L)), int(e - a), int32_t(a), int32_t(C), int32_t(after)});
+      C = after;
+      a = e;
+    }
+  }
+  return calls;
 }
 
 }  // namespace smollm2

@@ -44,6 +44,23 @@ struct SeqRows {
   int count;  // new tokens
 };
 
+// One call of kvq's attention contract (kvq/attention/batch.hpp) plus the append of the same
+// tokens, for one sequence: `count` tokens at rows [row, row + count) of the step's activations,
+// positions [len, len + count); the sequence's cold length before (cold) and after the append.
+struct AttentionCall {
+  int seq, row, count;
+  int32_t len, cold, cold_after;
+};
+
+// The calls that give a step a path's semantics through kvq's attention contract (what the GPU
+// cache launches; a sequence's calls run in order). reference: one call per sequence. decode:
+// query p must see tokens below b(p) = min(p, cold_after(p + 1)) quantized, and a call for
+// queries [a, e) shows each of them min(a, cold_after(e)): the chunk is cut into the longest runs
+// over which both equal b(a) (at most P tokens once the sequence holds R + P). len, cold: per
+// sequence, before the step. tests/model checks the result against the decode path.
+std::vector<AttentionCall> attention_calls(AttentionPath path, int residual, int page, const std::vector<SeqRows>& items,
+                                           const std::vector<int64_t>& len, const std::vector<int64_t>& cold);
+
 // What save() captures: enough to rewind a sequence to that point later (prefix sharing).
 struct SeqState {
   int seq = -1;

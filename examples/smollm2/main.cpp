@@ -9,13 +9,19 @@
 #include <sstream>
 
 #include "eval.hpp"
+#ifdef SMOLLM2_HAVE_GPU
+#include "model_gpu.hpp"
+#endif
 
 namespace {
 
 using namespace smollm2;
 
 const char* kUsage =
-    "usage: smollm2 --model PATH [cache flags] [--threads N] [--max-context N] [--csv FILE] COMMAND [flags]\n"
+    "usage: smollm2 --model PATH [--device cpu|gpu] [cache flags] [--threads N] [--max-context N] [--csv FILE] COMMAND [flags]\n"
+    "  --device cpu|gpu                    cpu (default): fp32 on the CPU, kvq's host reference cache;\n"
+    "                                      gpu: cuBLAS GEMMs and kvq's append/decode/prefill kernels (page 64,\n"
+    "                                      Gk = Gv = 32 only; needs a build with CUDA and a GPU)\n"
     "cache flags:\n"
     "  --format none|int8|int4|int2|k4v2   KV cache format (k4v2: INT4 keys, INT2 values; default none)\n"
     "  --gk N --gv N                       INT2/INT4 group sizes: keys per channel over N tokens, values per\n"
@@ -65,7 +71,7 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
-  static const char* known[] = {"model", "format", "gk", "gv", "residual", "page", "attention", "threads", "max-context",
+  static const char* known[] = {"model", "device", "format", "gk", "gv", "residual", "page", "attention", "threads", "max-context",
                                 "csv", "text", "window", "windows", "start", "chunk", "batch", "lengths", "depths",
                                 "trials", "seed", "prompt", "passage", "max-new"};
   Args a;
@@ -108,10 +114,18 @@ int run(int argc, char** argv) {
   const Tokenizer tok(file);
   const int threads = int(a.num("threads", 0));
   const int64_t max_context = a.num("max-context", cfg.context);
+  const std::string device = a.str("device", "cpu");
+  if (device != "cpu" && device != "gpu") throw Error("--device must be cpu or gpu");
+#ifndef SMOLLM2_HAVE_GPU
+  if (device == "gpu") throw Error("--device gpu: this binary was built without CUDA (nvcc was not found at configure time)");
+#endif
   const ModelFactory make = [&](const CacheSpec& s, int seqs, int64_t len) {
     if (len > max_context)
       throw Error("the " + a.command + " run needs " + std::to_string(len) + " tokens per sequence, more than the cache holds (" +
                   std::to_string(max_context) + " tokens; --max-context, default the model's trained context)");
+#ifdef SMOLLM2_HAVE_GPU
+    if (device == "gpu") return make_gpu_model(file, s, seqs, len);
+#endif
     return make_cpu_model(file, s, seqs, len, threads);
   };
   std::vector<CsvRow> rows;
@@ -120,7 +134,8 @@ int run(int argc, char** argv) {
     std::printf("model %s: %d layers, d_model %d, %d query / %d KV heads of dim %d, d_ff %d, vocab %d, context %lld\n",
                 file.path().c_str(), cfg.n_layer, cfg.d_model, cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.d_ff, cfg.vocab,
                 (long long)cfg.context);
-    std::printf("cache %s: %zu cold bytes per token (all layers)\n", describe(spec).c_str(), m->cache().cold_bytes_per_token());
+    std::printf("cache %s: %zu cold bytes per token (all layers); device %s\n", describe(spec).c_str(),
+                m->cache().cold_bytes_per_token(), device.c_str());
   } else if (a.command == "tokenize") {
     std::ifstream in(a.str("text"), std::ios::binary);
     if (!in) throw Error("cannot open --text '" + a.str("text") + "'");

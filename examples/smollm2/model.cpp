@@ -43,6 +43,56 @@ LlamaConfig read_llama_config(const GgufFile& f) {
   return c;
 }
 
+void check_llama_tensors(const GgufFile& f, const LlamaConfig& cfg) {
+  const int d = cfg.d_model, kvd = cfg.n_kv_head * cfg.head_dim, ff = cfg.d_ff;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> want = {{"token_embd.weight", {d, cfg.vocab}},
+                                                                     {"output_norm.weight", {d}}};
+  if (!cfg.tied_output) want.push_back({"output.weight", {d, cfg.vocab}});
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (auto& t : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"attn_norm.weight", {d}}, {"ffn_norm.weight", {d}}, {"attn_q.weight", {d, d}}, {"attn_k.weight", {d, kvd}},
+             {"attn_v.weight", {d, kvd}}, {"attn_output.weight", {d, d}}, {"ffn_gate.weight", {d, ff}},
+             {"ffn_up.weight", {d, ff}}, {"ffn_down.weight", {ff, d}}})
+      want.push_back({b + t.first, t.second});
+  }
+  for (const auto& w : want) {
+    const GgufTensor* t = f.find(w.first);
+    if (!t) throw Error("model: " + f.path() + ": missing tensor '" + w.first + "'");
+    if (!ggml_type_supported(t->type))
+      throw Error("model: " + f.path() + ": tensor '" + w.first + "' has unsupported type " + ggml_type_name(t->type));
+    if (t->dims != w.second) throw Error("model: " + f.path() + ": tensor '" + w.first + "' has an unexpected shape");
+  }
+}
+
+std::vector<float> rope_table(const LlamaConfig& cfg, int64_t positions) {
+  // GGUF Llama weights are permuted for rotation of adjacent pairs (2i, 2i+1).
+  const int half = cfg.head_dim / 2;
+  std::vector<float> t(size_t(positions) * size_t(half) * 2);
+  for (int64_t p = 0; p < positions; ++p)
+    for (int i = 0; i < half; ++i) {
+      const double theta = double(p) * std::pow(double(cfg.rope_base), -2.0 * i / cfg.head_dim);
+      t[(size_t(p) * size_t(half) + size_t(i)) * 2] = float(std::cos(theta));
+      t[(size_t(p) * size_t(half) + size_t(i)) * 2 + 1] = float(std::sin(theta));
+    }
+  return t;
+}
+
+std::vector<SeqRows> batch_rows(const std::vector<SeqTokens>& batch, int vocab) {
+  std::vector<SeqRows> items;
+  std::set<int> seen;
+  int rows = 0;
+  for (const SeqTokens& s : batch) {
+    if (!seen.insert(s.seq).second) throw Error("forward: sequence " + std::to_string(s.seq) + " listed twice");
+    for (int32_t t : s.tokens)
+      if (t < 0 || t >= vocab) throw Error("forward: token id " + std::to_string(t) + " out of range");
+    if (s.tokens.empty()) continue;
+    items.push_back(SeqRows{s.seq, rows, int(s.tokens.size())});
+    rows += int(s.tokens.size());
+  }
+  return items;
+}
+
 namespace {
 
 struct Layer {
@@ -57,28 +107,10 @@ std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) {
 
 class CpuModel final : public Model {
  public:
-  CpuModel(const GgufFile& f, const CacheSpec& spec, int max_seqs, int64_t max_len, int threads)
-      : cfg_(read_llama_config(f)), pool_(threads) {
+  CpuModel(const GgufFile& f, const CacheSpec& spec, int max_seqs, int64_t max_len, int threads, bool bf16_attention_out)
+      : cfg_(read_llama_config(f)), pool_(threads), bf16_attention_out_(bf16_attention_out) {
     const int d = cfg_.d_model, kvd = cfg_.n_kv_head * cfg_.head_dim, ff = cfg_.d_ff;
-    // Check every tensor's presence, type and shape before the slow part.
-    std::vector<std::pair<std::string, std::vector<int64_t>>> want = {{"token_embd.weight", {d, cfg_.vocab}},
-                                                                       {"output_norm.weight", {d}}};
-    if (!cfg_.tied_output) want.push_back({"output.weight", {d, cfg_.vocab}});
-    for (int l = 0; l < cfg_.n_layer; ++l) {
-      const std::string b = "blk." + std::to_string(l) + ".";
-      for (auto& t : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-               {"attn_norm.weight", {d}}, {"ffn_norm.weight", {d}}, {"attn_q.weight", {d, d}}, {"attn_k.weight", {d, kvd}},
-               {"attn_v.weight", {d, kvd}}, {"attn_output.weight", {d, d}}, {"ffn_gate.weight", {d, ff}},
-               {"ffn_up.weight", {d, ff}}, {"ffn_down.weight", {ff, d}}})
-        want.push_back({b + t.first, t.second});
-    }
-    for (const auto& w : want) {
-      const GgufTensor* t = f.find(w.first);
-      if (!t) throw Error("model: " + f.path() + ": missing tensor '" + w.first + "'");
-      if (!ggml_type_supported(t->type))
-        throw Error("model: " + f.path() + ": tensor '" + w.first + "' has unsupported type " + ggml_type_name(t->type));
-      if (t->dims != w.second) throw Error("model: " + f.path() + ": tensor '" + w.first + "' has an unexpected shape");
-    }
+    check_llama_tensors(f, cfg_);  // before the slow part
     embed_ = f.dequantize("token_embd.weight");
     out_norm_ = f.dequantize("output_norm.weight");
     lm_head_ = PackedMatrix(cfg_.tied_output ? embed_.data() : f.dequantize("output.weight").data(), cfg_.vocab, d);
@@ -97,15 +129,7 @@ class CpuModel final : public Model {
       layers_.push_back(std::move(L));
     }
     cache_ = make_kv_cache(spec, cfg_.n_layer, cfg_.n_kv_head, cfg_.head_dim, max_seqs, max_len);
-    // RoPE table: GGUF Llama weights are permuted for rotation of adjacent pairs (2i, 2i+1).
-    const int half = cfg_.head_dim / 2;
-    rope_.resize(size_t(cache_->capacity()) * size_t(half) * 2);
-    for (int64_t p = 0; p < cache_->capacity(); ++p)
-      for (int i = 0; i < half; ++i) {
-        const double theta = double(p) * std::pow(double(cfg_.rope_base), -2.0 * i / cfg_.head_dim);
-        rope_[(size_t(p) * size_t(half) + size_t(i)) * 2] = float(std::cos(theta));
-        rope_[(size_t(p) * size_t(half) + size_t(i)) * 2 + 1] = float(std::sin(theta));
-      }
+    rope_ = rope_table(cfg_, cache_->capacity());
   }
 
   const LlamaConfig& config() const override { return cfg_; }
@@ -117,17 +141,8 @@ class CpuModel final : public Model {
 
   void forward(const std::vector<SeqTokens>& batch, bool all_logits, std::vector<float>& logits) override {
     const int d = cfg_.d_model, hd = cfg_.head_dim, kvd = cfg_.n_kv_head * hd, ff = cfg_.d_ff;
-    std::vector<SeqRows> items;
-    std::set<int> seen;
-    int rows = 0;
-    for (const SeqTokens& s : batch) {
-      if (!seen.insert(s.seq).second) throw Error("forward: sequence " + std::to_string(s.seq) + " listed twice");
-      for (int32_t t : s.tokens)
-        if (t < 0 || t >= cfg_.vocab) throw Error("forward: token id " + std::to_string(t) + " out of range");
-      if (s.tokens.empty()) continue;
-      items.push_back(SeqRows{s.seq, rows, int(s.tokens.size())});
-      rows += int(s.tokens.size());
-    }
+    const std::vector<SeqRows> items = batch_rows(batch, cfg_.vocab);
+    const int rows = items.empty() ? 0 : items.back().row + items.back().count;
     cache_->check_room(items);
     std::vector<int64_t> pos(static_cast<size_t>(rows));
     FloatBuffer x = alloc_floats(size_t(rows) * d), h = alloc_floats(size_t(rows) * d);
@@ -156,6 +171,8 @@ class CpuModel final : public Model {
         }
       }
       cache_->step(pool_, l, items, cfg_.n_head, q16.data(), k16.data(), v16.data(), att.get());
+      if (bf16_attention_out_)
+        for (size_t e = 0; e < size_t(rows) * size_t(d); ++e) att[e] = kvq::bf16::from_float(att[e]).to_float();
       matmul(pool_, att.get(), rows, d, L.wo, x.get(), d, /*accumulate*/ true);
       rmsnorm(x.get(), rows, L.ffn_norm.data(), h.get());
       matmul(pool_, h.get(), rows, d, L.gate_up, gu.get(), 2 * ff);
@@ -204,6 +221,7 @@ class CpuModel final : public Model {
 
   LlamaConfig cfg_;
   ThreadPool pool_;
+  bool bf16_attention_out_;
   std::vector<float> embed_, out_norm_, rope_;
   PackedMatrix lm_head_;
   std::vector<Layer> layers_;
@@ -212,8 +230,9 @@ class CpuModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_cpu_model(const GgufFile& file, const CacheSpec& spec, int max_seqs, int64_t max_len, int threads) {
-  return std::make_unique<CpuModel>(file, spec, max_seqs, max_len, threads);
+std::unique_ptr<Model> make_cpu_model(const GgufFile& file, const CacheSpec& spec, int max_seqs, int64_t max_len, int threads,
+                                      bool bf16_attention_out) {
+  return std::make_unique<CpuModel>(file, spec, max_seqs, max_len, threads, bf16_attention_out);
 }
 
 }  // namespace smollm2

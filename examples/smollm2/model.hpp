@@ -23,11 +23,20 @@ struct LlamaConfig {
 
 // Reads and checks the architecture (Llama only; shapes the example supports). Throws Error.
 LlamaConfig read_llama_config(const GgufFile& file);
+// Checks every tensor's presence, type and shape (both backends, before loading). Throws Error.
+void check_llama_tensors(const GgufFile& file, const LlamaConfig& cfg);
+// cos/sin of RoPE for positions [0, positions): [positions][head_dim / 2][2], rotating the
+// adjacent pairs (2i, 2i + 1) of GGUF's permuted Llama weights.
+std::vector<float> rope_table(const LlamaConfig& cfg, int64_t positions);
 
 struct SeqTokens {
   int seq = 0;
   std::vector<int32_t> tokens;
 };
+
+// A forward batch's rows (non-empty sequences, in batch order); throws Error when a sequence is
+// listed twice or a token id is out of range.
+std::vector<SeqRows> batch_rows(const std::vector<SeqTokens>& batch, int vocab);
 
 class Model {
  public:
@@ -45,8 +54,9 @@ class Model {
   virtual void restore(const SeqState& state) = 0;
 };
 
-// threads <= 0: all cores.
+// threads <= 0: all cores. bf16_attention_out: the attention output is rounded to bf16, as kvq's
+// GPU kernels write it (the GPU test measures how far that alone moves the logits).
 std::unique_ptr<Model> make_cpu_model(const GgufFile& file, const CacheSpec& spec, int max_seqs, int64_t max_len,
-                                      int threads);
+                                      int threads, bool bf16_attention_out = false);
 
 }  // namespace smollm2

@@ -1,11 +1,13 @@
 // One layer of the engine's KV cache on random K/V (no model): the decode path, fed in chunks,
-// against kvq::reference::attention fed one token at a time. The cache bytes are identical, so
-// only float summation order (and the softmax's exp) may differ.
+// against kvq::reference::attention fed one token at a time, and against the calls of
+// attention_calls() (the GPU cache's schedule) run through kvq's host reference. The cache bytes
+// are identical, so only float summation order (and the softmax's exp) may differ.
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "kv_cache.hpp"
+#include "kv_cache_configs.hpp"
 #include "test_support.hpp"
 
 using namespace smollm2;
@@ -64,6 +66,94 @@ TEST_CASE("decode path equals token-by-token kvq::reference::attention on random
         CacheSpec ref = dec;
         ref.path = AttentionPath::kReference;
         const std::vector<float> a = run(dec, q, k, v, tokens, 37), b = run(ref, q, k, v, tokens, 1);
+        double worst = 0.0;
+        for (size_t e = 0; e < a.size(); ++e) worst = std::max(worst, double(std::fabs(a[e] - b[e])));
+        CHECK(worst < 2e-5);
+        overall = std::max(overall, worst);
+      }
+  MESSAGE("largest difference in any attention output: " << overall);
+}
+
+namespace {
+
+// The decode path through kvq's attention contract: the calls of attention_calls() (what the GPU
+// cache launches), each an append then kvq::reference::attention with the cold length after it.
+template <class Cfg>
+std::vector<float> run_calls(const CacheSpec& s, const std::vector<kvq::bf16>& q, const std::vector<kvq::bf16>& k,
+                             const std::vector<kvq::bf16>& v, int tokens, int chunk) {
+  constexpr int kv_heads = 3, q_heads = 9, D = 64;
+  const int pages_per_seq = (tokens + Cfg::page - 1) / Cfg::page;
+  kvq::reference::HostCache<Cfg> c(kv_heads, pages_per_seq, 1, s.residual, pages_per_seq, 1);
+  std::vector<float> out(size_t(tokens) * q_heads * D);
+  size_t calls_made = 0;
+  for (int t = 0; t < tokens; t += chunk) {
+    const int n = std::min(chunk, tokens - t);
+    const std::vector<AttentionCall> calls =
+        attention_calls(s.path, s.residual, Cfg::page, {SeqRows{0, t, n}}, {c.len[0]}, {c.cold_len[0]});
+    calls_made += calls.size();
+    for (const AttentionCall& call : calls) {
+      REQUIRE(call.len == c.len[0]);
+      REQUIRE(call.cold == c.cold_len[0]);
+      REQUIRE(c.reserve(0, call.count));
+      const int32_t cu[2] = {0, call.count};
+      kvq::AppendBatch<kvq::bf16> a;
+      a.batch = 1;
+      a.lengths = kvq::SeqLengths{c.len.data(), c.cold_len.data()};
+      a.cu_new = cu;
+      a.new_k = k.data() + size_t(call.row) * kv_heads * D;
+      a.new_v = v.data() + size_t(call.row) * kv_heads * D;
+      uint32_t flags = 0;
+      REQUIRE(kvq::reference::append<Cfg>(c.view(), a, &flags) == kvq::Status::kSuccess);
+      c.commit(0, call.count);
+      REQUIRE(c.cold_len[0] == call.cold_after);
+      const int32_t len = call.len, cold = call.cold_after;
+      kvq::AttentionBatch<kvq::bf16> at;
+      at.batch = 1;
+      at.num_q_heads = q_heads;
+      at.lengths = kvq::SeqLengths{&len, &cold};
+      at.cu_q = cu;
+      at.q = q.data() + size_t(call.row) * q_heads * D;
+      at.new_k = a.new_k;
+      at.new_v = a.new_v;
+      at.softmax_scale = 0.125f;
+      REQUIRE(kvq::reference::attention<Cfg>(c.view(), at, out.data() + size_t(call.row) * q_heads * D) ==
+              kvq::Status::kSuccess);
+    }
+  }
+  // Runs of at most P tokens once the window is full: more calls than chunks.
+  CHECK(calls_made > size_t((tokens + chunk - 1) / chunk));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("attention_calls: kvq's attention contract, called per run, equals the decode path") {
+  constexpr int tokens = 333, kv_heads = 3, q_heads = 9, D = 64;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<kvq::bf16> q(size_t(tokens) * q_heads * D), k(size_t(tokens) * kv_heads * D), v(k.size());
+  for (auto& x : q) x = kvq::bf16::from_float(n01(rng));
+  for (size_t i = 0; i < k.size(); ++i) {
+    const int c = int(i % D);
+    k[i] = kvq::bf16::from_float(n01(rng) * (c % 16 == 3 ? 12.0f : 1.5f) + (c == 5 ? 4.0f : 0.0f));
+    v[i] = kvq::bf16::from_float(n01(rng));
+  }
+  double overall = 0.0;
+  for (const char* format : {"none", "int8", "int4", "int2", "k4v2"})
+    for (int residual : {0, 32, 64})
+      for (int page : {16, 32}) {
+        CAPTURE(format);
+        CAPTURE(residual);
+        CAPTURE(page);
+        const CacheSpec dec = spec(format, residual, page, 16, 32);
+        const std::vector<float> a = run(dec, q, k, v, tokens, 37);
+        std::vector<float> b;
+        const auto body = [&](auto tag) {
+          b = run_calls<typename decltype(tag)::type>(dec, q, k, v, tokens, 37);
+          return kvq::Status::kSuccess;
+        };
+        REQUIRE((page == 16 ? kvq::dispatch(ConfigsP16{}, config_key(dec), body)
+                            : kvq::dispatch(ConfigsP32{}, config_key(dec), body)) == kvq::Status::kSuccess);
         double worst = 0.0;
         for (size_t e = 0; e < a.size(); ++e) worst = std::max(worst, double(std::fabs(a[e] - b[e])));
         CHECK(worst < 2e-5);
