@@ -19,7 +19,33 @@ __global__ void copy_kernel(const uint4* __restrict__ in, uint4* __restrict__ ou
   for (; i < n; i += stride) out[i] = in[i];
 }
 
+__global__ void store_kernel(uint4* __restrict__ out, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  const uint4 v = make_uint4(threadIdx.x, blockIdx.x, 1u, 2u);
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = v;
+}
+
 }  // namespace
+
+double store_bandwidth_gbps() {
+  static double cached = 0.0;
+  if (cached > 0.0) return cached;
+  const size_t bytes = size_t(2) << 30, n = bytes / sizeof(uint4);
+  uint4* out = nullptr;
+  check(cudaMalloc(&out, bytes), "store out");
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sms");
+  L2Flusher flusher;
+  std::vector<float> ms;
+  for (int i = 0; i < 23; ++i) {
+    const float t = time_once(flusher, [&] { store_kernel<<<sms * 8, 256>>>(out, n); });
+    if (i >= 3) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaFree(out);
+  cached = double(bytes) / (double(ms[ms.size() / 2]) * 1e-3) * 1e-9;
+  return cached;
+}
 
 double copy_bandwidth_gbps() {
   static double cached = 0.0;

@@ -58,6 +58,8 @@ float time_once(L2Flusher& flusher, F&& fn) {
 
 // Device bandwidth (bytes read + written per second) of a plain copy kernel with four 16-byte
 // loads in flight per thread, over 2 GiB, median of 20 runs. Measured once per process.
+// Write-only bandwidth: 16-byte stores over 2 GiB (GB/s), the roofline of a kernel that mostly writes.
+double store_bandwidth_gbps();
 double copy_bandwidth_gbps();
 
 // Runs fn under Google Benchmark with manual time; sets bytes / GB/s / % of copy bandwidth.

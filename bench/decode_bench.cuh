@@ -49,6 +49,9 @@ struct DecodeCase {
             kvq::Status::kSuccess)
           state.SkipWithError("dequantize failed");
       });
+      // Roofline of the write side: the rows written at the store-only bandwidth.
+      state.counters["written"] = double(batch) * double(len) * row;
+      state.counters["store_GBps"] = store_bandwidth_gbps();
       return;
     }
     // Decode as an engine runs it: the step's append first (so no page turns cold inside the

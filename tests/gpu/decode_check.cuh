@@ -263,20 +263,24 @@ std::vector<typename Cfg::dtype> attention_step_and_check(kvq::reference::HostCa
   const Fp64Attention f64 = fp64_attention<Cfg>(host.view(), a);
   DeviceAttention<T> d(a, cu, q, nk, nv, dev.cold_len.get());
 
+  // Sanity bounds: the fixed ones, or twice what the naive same-precision attention misses by
+  // (long chunks of outlier-heavy rows put single bf16 outputs further from fp32).
+  std::vector<T> naive_t(f64.naive.size());
+  for (size_t x = 0; x < naive_t.size(); ++x) naive_t[x] = T::from_float(f64.naive[x]);
+  const OutputError en = output_error(naive_t, ref);
+  const double l2_bound = std::max(kRelL2Bound, 2 * en.rel_l2), max_bound = std::max(kRelMaxBound, 2 * en.rel_max);
+  auto judge = [&](const std::vector<T>& got, const std::string& w) {
+    const OutputError e = output_error(got, ref);
+    CHECK_MESSAGE(e.rel_l2 < l2_bound, w << ": rel L2 " << e.rel_l2 << " (naive " << en.rel_l2 << ")");
+    CHECK_MESSAGE(e.rel_max < max_bound, w << ": rel max " << e.rel_max << " (naive " << en.rel_max << ")");
+    check_fa3(got, f64, w);
+  };
   // Before the append (pages turning cold are quantized on the fly).
-  const std::vector<T> before = run(dev.view(host), d, where + " (before append)");
-  const OutputError eb = output_error(before, ref);
-  CHECK_MESSAGE(eb.rel_l2 < kRelL2Bound, where << " (before append): rel L2 " << eb.rel_l2);
-  CHECK_MESSAGE(eb.rel_max < kRelMaxBound, where << " (before append): rel max " << eb.rel_max);
-  check_fa3(before, f64, where + " (before append)");
-
+  judge(run(dev.view(host), d, where + " (before append)"), where + " (before append)");
   // The step's append on both sides, then again with the new cold lengths: same result.
   REQUIRE(step_both_with(host, dev, counts, nk, nv, where));
   const std::vector<T> after = run(dev.view(host), d, where + " (after append)");
-  const OutputError ea = output_error(after, ref);
-  CHECK_MESSAGE(ea.rel_l2 < kRelL2Bound, where << " (after append): rel L2 " << ea.rel_l2);
-  CHECK_MESSAGE(ea.rel_max < kRelMaxBound, where << " (after append): rel max " << ea.rel_max);
-  check_fa3(after, f64, where + " (after append)");
+  judge(after, where + " (after append)");
   return after;
 }
 

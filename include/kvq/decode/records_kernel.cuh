@@ -10,7 +10,7 @@
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
 // Keys: INT2/INT4 codes enter an fp16 mma as exact codes; the per-channel scale is folded into
 // the query (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the
-// zero point into a per-row bias computed by one more mma ((zero + mid scale) . q 2^-e): with
+// zero point into a per-row bias computed by two more mmas (zero . q 2^-e + scale . mid q 2^-e): with
 // codes centred on mid, S = 2^e ((code - mid) . Q'' + bias), so a key pair costs a shift, an OR
 // and an exact subtract. INT8 keys enter as exact codes and
 // the token scale multiplies S.
@@ -175,19 +175,25 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt) {
           if (nt >= active_nt) break;
+          // bias = z . qh + scale . (mid qh): two mmas of stored fp16 values and exact fp16
+          // operands (mid is a power of two), so the bias is rounded only by the fp32 sums.
           float zacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           KVQ_UNROLL
           for (int kk = 0; kk < KS; ++kk) {
-            uint32_t qn[2], z[2];
+            uint32_t qn[2], qm[2], z[2], sc[2];
             KVQ_UNROLL
             for (int hh = 0; hh < 2; ++hh) {
               const int c2 = Tile::k_channel(i, 2 * kk + hh) / 2;
               qn[hh] = qh[(nt * 8 + g) * QH + c2];
-              z[hh] = hfma2<fp16>(Tile::k_mid_pair, ksc[c2], kze[c2]);  // z + mid * scale
+              qm[hh] = hmul2<fp16>(qn[hh], Tile::k_mid_pair);
+              z[hh] = kze[c2];
+              sc[hh] = ksc[c2];
               qb[nt][kk][hh] = hmul2<fp16>(qn[hh], ksc[c2]);
             }
             const uint32_t za[4] = {z[0], z[0], z[1], z[1]};  // every row the zero points
+            const uint32_t sa[4] = {sc[0], sc[0], sc[1], sc[1]};
             mma16816<fp16>(zacc, za, qn[0], qn[1]);
+            mma16816<fp16>(zacc, sa, qm[0], qm[1]);
           }
           bias[nt][0] = zacc[0];
           bias[nt][1] = zacc[1];

@@ -34,13 +34,14 @@
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
-template <class Cfg>
+template <class Cfg, int TileTokens>
 struct KvTile {
   using T = typename Cfg::dtype;
   using KQ = typename Cfg::k_quant;
   using VQ = typename Cfg::v_quant;
   static constexpr int D = Cfg::head_dim, P = Cfg::page;
-  static constexpr int BN = D <= 128 ? 64 : 32;  // tokens per tile
+  static constexpr int BN = TileTokens;          // tokens per tile: 32 or 64
+  static_assert(BN == 32 || BN == 64, "tiles of 32 or 64 tokens");
   static constexpr int SP = P < BN ? P : BN;     // tokens per staged page
   static constexpr int staged_pages = BN / SP;
   static constexpr int chunks = D / 8;           // 16-byte chunks per row
@@ -104,9 +105,9 @@ struct TileSource {
 };
 
 // cp.async of tile [t0, t0 + BN) into (k, v, raw); the caller commits the group.
-template <class Cfg>
+template <class Cfg, int BN_>
 KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, uint8_t* raw) {
-  using Tile = KvTile<Cfg>;
+  using Tile = KvTile<Cfg, BN_>;
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
   constexpr RecordOffsets o = Cfg::record;
@@ -143,9 +144,9 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
 }
 
 // Dequantizes the record tokens of tile [t0, t0 + BN) of the quantized roles from raw into k / v.
-template <class Cfg>
+template <class Cfg, int BN_>
 KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, const uint8_t* raw) {
-  using Tile = KvTile<Cfg>;
+  using Tile = KvTile<Cfg, BN_>;
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
   if constexpr (Tile::k_staged || Tile::v_staged) {

@@ -5,7 +5,7 @@
 //  1. transition (attention/transition.cuh): prefix pages that turn cold in this step are
 //     quantized into the workspace with the append's own code, so the result does not depend on
 //     whether the step's append ran before;
-//  2. prefill_kernel (prefill_kernel.cuh): grid (row tiles, batch, KV heads), 2 x rows_per_cta threads.
+//  2. prefill_kernel (prefill_kernel.cuh): grid (row tiles, batch, KV heads), 128 threads.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,7 +24,7 @@ Status launch_prefill(const CacheView<typename Cfg::dtype>& cache, const Attenti
   constexpr size_t smem = PrefillSmem<Cfg, BM>::bytes;
   if (cudaFuncSetAttribute(prefill_kernel<Cfg, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::kCudaError;
-  prefill_kernel<Cfg, BM><<<dim3(unsigned(plan.row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads)), BM * 2, smem,
+  prefill_kernel<Cfg, BM><<<dim3(unsigned(plan.row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads)), kPrefillWarps * 32, smem,
                             stream>>>(cache, batch, plan, transition, out, flags);
   return Status::kSuccess;
 }

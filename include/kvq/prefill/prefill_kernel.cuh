@@ -2,8 +2,8 @@
 //
 // CTA = (row tile, sequence, KV head). Its BM (64 or 128) query rows are chunk tokens x GQA heads of one KV
 // head, token-major (row r = token r / group, query head h * group + r % group), so every K/V
-// tile is read and dequantized once for the whole group. BM / 16 warps, 16 rows each, FlashAttention-2
-// style over the keys [0, last row's position]:
+// tile is read and dequantized once for the whole group. 4 warps, BM / 4 rows (1 or 2 m-tiles of
+// 16) each, FlashAttention-2 style over the keys [0, last row's position]:
 //   S (16 rows x BN tokens) = Q . K^T   mma.m16n8k16, Q and K from shared memory by ldmatrix
 //   online softmax per row in the log2 domain, causal mask where a tile reaches the chunk
 //   O (16 rows x D)        += P . V     P from the S accumulators, V by ldmatrix.trans
@@ -23,10 +23,18 @@
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
+constexpr int kPrefillWarps = 4;
+
+// Tokens per K/V tile: 64, or 32 where the accumulators of 2 m-tiles per warp (BM 128) or of
+// head dim 256 need the registers.
+constexpr int prefill_tile_tokens(int head_dim, int rows_per_cta) {
+  return head_dim > 128 || rows_per_cta > 16 * kPrefillWarps ? 32 : 64;
+}
+
 // Dynamic shared memory: q [BM][D] (swizzled like the K/V rows), two K/V buffers, one raw stage.
 template <class Cfg, int BM>
 struct PrefillSmem {
-  using Tile = KvTile<Cfg>;
+  using Tile = KvTile<Cfg, prefill_tile_tokens(Cfg::head_dim, BM)>;
   static constexpr size_t q_bytes = size_t(BM) * Cfg::head_dim * sizeof(typename Cfg::dtype);
   static constexpr size_t kv_offset = q_bytes;
   static constexpr size_t raw_offset = kv_offset + 4 * Tile::rows_bytes;
@@ -34,13 +42,15 @@ struct PrefillSmem {
 };
 
 template <class Cfg, int BM>
-__global__ void __launch_bounds__(BM * 2) KVQ_HIDDEN
+__global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
     prefill_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, PrefillPlan plan,
                    uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags) {
   using T = typename Cfg::dtype;
-  using Tile = KvTile<Cfg>;
   using L = PrefillSmem<Cfg, BM>;
+  using Tile = typename L::Tile;
   constexpr int D = Cfg::head_dim, P = Cfg::page, BN = Tile::BN, CH = Tile::chunks, KS = D / 16, NT = BN / 8, OT = D / 8;
+  constexpr int MW = BM / (16 * kPrefillWarps);  // m-tiles of 16 rows per warp
+  static_assert(BM % (16 * kPrefillWarps) == 0, "whole m-tiles per warp");
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* qs = smem;
   uint8_t* raw = smem + L::raw_offset;
@@ -81,122 +91,145 @@ __global__ void __launch_bounds__(BM * 2) KVQ_HIDDEN
     else
       *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
   }
-  issue_tile<Cfg>(src, 0, kbuf(0), vbuf(0), raw);
+  issue_tile<Cfg, BN>(src, 0, kbuf(0), vbuf(0), raw);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
-  decode_tile<Cfg>(src, 0, kbuf(0), vbuf(0), raw);
+  decode_tile<Cfg, BN>(src, 0, kbuf(0), vbuf(0), raw);
   __syncthreads();
 
-  // This thread's two rows (g and g + 8 of the warp) and their positions; padding rows take the
-  // last real row's position (finite softmax, never stored).
-  const int wr0 = row0 + 16 * warp;
+  // This warp's MW m-tiles of 16 rows; this thread's rows g and g + 8 of each, and their
+  // positions. Padding rows take the last real row's position (finite softmax, never stored).
+  const int wr0 = row0 + 16 * MW * warp;
   auto pos_of = [&](int rg) { return s.len + (rg < rows ? rg : rows - 1) / group; };
-  const int64_t pos[2] = {pos_of(wr0 + g), pos_of(wr0 + g + 8)};
-  const int64_t warp_first = pos_of(wr0), warp_last = pos_of(wr0 + 15);
+  int64_t pos[MW][2];
+  KVQ_UNROLL
+  for (int mw = 0; mw < MW; ++mw) pos[mw][0] = pos_of(wr0 + 16 * mw + g), pos[mw][1] = pos_of(wr0 + 16 * mw + g + 8);
+  const int64_t warp_first = pos_of(wr0), warp_last = pos_of(wr0 + 16 * MW - 1);
   const float scale_log2 = a.softmax_scale * 1.4426950408889634f;
 
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[OT][4];
+  float m[MW][2], l[MW][2], o[MW][OT][4];
   KVQ_UNROLL
-  for (int ot = 0; ot < OT; ++ot) o[ot][0] = o[ot][1] = o[ot][2] = o[ot][3] = 0.0f;
+  for (int mw = 0; mw < MW; ++mw) {
+    m[mw][0] = m[mw][1] = -INFINITY;
+    l[mw][0] = l[mw][1] = 0.0f;
+    KVQ_UNROLL
+    for (int ot = 0; ot < OT; ++ot) o[mw][ot][0] = o[mw][ot][1] = o[mw][ot][2] = o[mw][ot][3] = 0.0f;
+  }
 
   const int ntiles = int((src.kv_end + BN - 1) / BN);
   for (int j = 0; j < ntiles; ++j) {
     const int64_t t0 = int64_t(j) * BN;
-    if (j + 1 < ntiles) issue_tile<Cfg>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw);
+    if (j + 1 < ntiles) issue_tile<Cfg, BN>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw);
     cp_async_commit();
     if (t0 <= warp_last) {  // some key of the tile is visible to this warp's rows
       const uint8_t* ks = kbuf(j);
       const uint8_t* vs = vbuf(j);
-      // ---- S = Q . K^T ----
-      float sacc[NT][4];
+      // ---- S = Q . K^T: each K fragment serves the warp's MW m-tiles ----
+      float sacc[MW][NT][4];
       KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt) sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0.0f;
+      for (int mw = 0; mw < MW; ++mw)
+        KVQ_UNROLL
+        for (int nt = 0; nt < NT; ++nt) sacc[mw][nt][0] = sacc[mw][nt][1] = sacc[mw][nt][2] = sacc[mw][nt][3] = 0.0f;
       KVQ_UNROLL
       for (int kk = 0; kk < KS; ++kk) {
-        uint32_t qa[4];
-        ldmatrix_x4(qa, qs + size_t(Tile::swizzle(16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * kk + (lane >> 4))) * 16);
+        uint32_t qa[MW][4];
+        KVQ_UNROLL
+        for (int mw = 0; mw < MW; ++mw)
+          ldmatrix_x4(qa[mw], qs + size_t(Tile::swizzle(16 * (MW * warp + mw) + (lane & 7) + 8 * ((lane >> 3) & 1),
+                                                         2 * kk + (lane >> 4))) * 16);
         KVQ_UNROLL
         for (int np = 0; np < NT / 2; ++np) {
           uint32_t kb[4];
           ldmatrix_x4(kb, ks + size_t(Tile::swizzle(16 * np + 8 * (lane >> 4) + (lane & 7), 2 * kk + ((lane >> 3) & 1))) * 16);
-          mma16816<T>(sacc[2 * np], qa, kb[0], kb[1]);
-          mma16816<T>(sacc[2 * np + 1], qa, kb[2], kb[3]);
+          KVQ_UNROLL
+          for (int mw = 0; mw < MW; ++mw) {
+            mma16816<T>(sacc[mw][2 * np], qa[mw], kb[0], kb[1]);
+            mma16816<T>(sacc[mw][2 * np + 1], qa[mw], kb[2], kb[3]);
+          }
         }
       }
       // ---- online softmax (log2 domain), causal mask where the tile reaches the chunk ----
       const bool mask = t0 + BN - 1 > warp_first;
-      float mx[2] = {-INFINITY, -INFINITY};
+      uint32_t pa[MW][NT / 2][4];
       KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
+      for (int mw = 0; mw < MW; ++mw) {
+        float mx[2] = {-INFINITY, -INFINITY};
         KVQ_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          float x = sacc[nt][e];
-          if (a.softcap > 0.0f)
-            x = a.softcap * tanhf(x * a.softmax_scale / a.softcap) * 1.4426950408889634f;
-          else
-            x *= scale_log2;
-          if (mask && t0 + 8 * nt + 2 * i + (e & 1) > pos[e >> 1]) x = -INFINITY;
-          sacc[nt][e] = x;
-          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        for (int nt = 0; nt < NT; ++nt)
+          KVQ_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            float x = sacc[mw][nt][e];
+            if (a.softcap > 0.0f)
+              x = a.softcap * tanhf(x * a.softmax_scale / a.softcap) * 1.4426950408889634f;
+            else
+              x *= scale_log2;
+            if (mask && t0 + 8 * nt + 2 * i + (e & 1) > pos[mw][e >> 1]) x = -INFINITY;
+            sacc[mw][nt][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+          }
+        float corr[2];
+        KVQ_UNROLL
+        for (int hh = 0; hh < 2; ++hh) {
+          mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+          mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+          const float m_new = fmaxf(m[mw][hh], mx[hh]);
+          const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+          corr[hh] = exp2f(m[mw][hh] - m_use);
+          m[mw][hh] = m_new;
+          l[mw][hh] *= corr[hh];
+          mx[hh] = m_use;
         }
-      float corr[2];
-      KVQ_UNROLL
-      for (int hh = 0; hh < 2; ++hh) {
-        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
-        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-        const float m_new = fmaxf(m[hh], mx[hh]);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        corr[hh] = exp2f(m[hh] - m_use);
-        m[hh] = m_new;
-        l[hh] *= corr[hh];
-        mx[hh] = m_use;
+        KVQ_UNROLL
+        for (int ot = 0; ot < OT; ++ot) {
+          o[mw][ot][0] *= corr[0], o[mw][ot][1] *= corr[0];
+          o[mw][ot][2] *= corr[1], o[mw][ot][3] *= corr[1];
+        }
+        KVQ_UNROLL
+        for (int nt = 0; nt < NT; ++nt) {
+          const float p0 = exp2f(sacc[mw][nt][0] - mx[0]), p1 = exp2f(sacc[mw][nt][1] - mx[0]);
+          const float p2 = exp2f(sacc[mw][nt][2] - mx[1]), p3 = exp2f(sacc[mw][nt][3] - mx[1]);
+          l[mw][0] += p0 + p1;
+          l[mw][1] += p2 + p3;
+          pa[mw][nt / 2][2 * (nt & 1)] = pack2<T>(p0, p1);      // row g
+          pa[mw][nt / 2][2 * (nt & 1) + 1] = pack2<T>(p2, p3);  // row g + 8
+        }
       }
-      KVQ_UNROLL
-      for (int ot = 0; ot < OT; ++ot) {
-        o[ot][0] *= corr[0], o[ot][1] *= corr[0];
-        o[ot][2] *= corr[1], o[ot][3] *= corr[1];
-      }
-      uint32_t pa[NT / 2][4];
-      KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt) {
-        const float p0 = exp2f(sacc[nt][0] - mx[0]), p1 = exp2f(sacc[nt][1] - mx[0]);
-        const float p2 = exp2f(sacc[nt][2] - mx[1]), p3 = exp2f(sacc[nt][3] - mx[1]);
-        l[0] += p0 + p1;
-        l[1] += p2 + p3;
-        pa[nt / 2][2 * (nt & 1)] = pack2<T>(p0, p1);      // row g
-        pa[nt / 2][2 * (nt & 1) + 1] = pack2<T>(p2, p3);  // row g + 8
-      }
-      // ---- O += P . V ----
+      // ---- O += P . V: each V fragment serves the warp's MW m-tiles ----
       KVQ_UNROLL
       for (int kt = 0; kt < BN / 16; ++kt)
         KVQ_UNROLL
         for (int cp = 0; cp < OT / 2; ++cp) {
           uint32_t vb[4];
           ldmatrix_x4_trans(vb, vs + size_t(Tile::swizzle(16 * kt + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * cp + (lane >> 4))) * 16);
-          mma16816<T>(o[2 * cp], pa[kt], vb[0], vb[1]);
-          mma16816<T>(o[2 * cp + 1], pa[kt], vb[2], vb[3]);
+          KVQ_UNROLL
+          for (int mw = 0; mw < MW; ++mw) {
+            mma16816<T>(o[mw][2 * cp], pa[mw][kt], vb[0], vb[1]);
+            mma16816<T>(o[mw][2 * cp + 1], pa[mw][kt], vb[2], vb[3]);
+          }
         }
     }
     cp_async_wait<0>();
     __syncthreads();
-    if (j + 1 < ntiles) decode_tile<Cfg>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw);
+    if (j + 1 < ntiles) decode_tile<Cfg, BN>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw);
     __syncthreads();
   }
 
-  // ---- normalise and store this thread's two rows ----
+  // ---- normalise and store this thread's rows ----
   KVQ_UNROLL
-  for (int hh = 0; hh < 2; ++hh) {
-    float lt = l[hh];
-    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-    const int rg = wr0 + g + 8 * hh;
-    if (rg >= rows) continue;
-    const float inv = 1.0f / lt;
-    uint32_t* dst = reinterpret_cast<uint32_t*>(out + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D);
+  for (int mw = 0; mw < MW; ++mw)
     KVQ_UNROLL
-    for (int ot = 0; ot < OT; ++ot) dst[4 * ot + i] = pack2<T>(o[ot][2 * hh] * inv, o[ot][2 * hh + 1] * inv);
-  }
+    for (int hh = 0; hh < 2; ++hh) {
+      float lt = l[mw][hh];
+      lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+      lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+      const int rg = wr0 + 16 * mw + g + 8 * hh;
+      if (rg >= rows) continue;
+      const float inv = 1.0f / lt;
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D);
+      KVQ_UNROLL
+      for (int ot = 0; ot < OT; ++ot) dst[4 * ot + i] = pack2<T>(o[mw][ot][2 * hh] * inv, o[mw][ot][2 * hh + 1] * inv);
+    }
 }
 
 }  // namespace detail

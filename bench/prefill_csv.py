@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Turns a Google Benchmark JSON of kvq_bench_prefill into bench/results/prefill.csv (the issue's
+columns) and a markdown table, with PyTorch SDPA's (bench/sdpa_prefill.py CSV) beside them.
+
+usage: bench/prefill_csv.py RUN.json --csv OUT.csv [--sdpa SDPA.csv] --commit C --gpu NAME
+Medians only; "prefill/" entries (the library's default CTA height) go to the CSV, "prefill_alt/"
+entries (the other height) only to the table. tflops: the issue's count
+4 chunk prefix D Hq + 2 chunk^2 D Hq over the time; ratio_vs_none: time(none) / time(format)."""
+import argparse
+import csv
+import json
+
+ap = argparse.ArgumentParser()
+ap.add_argument("json")
+ap.add_argument("--csv", required=True)
+ap.add_argument("--sdpa")
+ap.add_argument("--commit", default="")
+ap.add_argument("--gpu", default="")
+args = ap.parse_args()
+run = json.load(open(args.json))
+rows = []
+for b in run["benchmarks"]:
+    if b.get("aggregate_name") != "median" or not b["run_name"].startswith("prefill"):
+        continue
+    kind, fmt, chunk, prefix = b["run_name"].removesuffix("/manual_time").split("/")
+    rows.append(dict(kind=kind, format=fmt, chunk=int(chunk.split(":")[1]), prefix=int(prefix.split(":")[1]),
+                     time_us=b["real_time"], tflops=b["flops"] / b["real_time"] * 1e-6, rows=int(b["rows_per_cta"])))
+none = {(r["chunk"], r["prefix"]): r["time_us"] for r in rows if r["format"] == "none" and r["kind"] == "prefill"}
+sdpa = {}
+if args.sdpa:
+    for r in csv.DictReader(open(args.sdpa)):
+        sdpa[(int(r["chunk"]), int(r["prefix"]))] = (float(r["time_us"]), float(r["tflops"]))
+date = run["context"]["date"][:10]
+with open(args.csv, "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow("kernel,format,head_dim,page,q_heads,kv_heads,batch,chunk,prefix,time_us,tflops,ratio_vs_none,gpu,commit,date"
+               .split(","))
+    for r in rows:
+        if r["kind"] != "prefill":
+            continue
+        key = (r["chunk"], r["prefix"])
+        w.writerow(["prefill", r["format"], 128, 64, 32, 8, 1, r["chunk"], r["prefix"], f"{r['time_us']:.2f}",
+                    f"{r['tflops']:.1f}", f"{none[key] / r['time_us']:.3f}" if key in none else "", args.gpu,
+                    args.commit, date])
+order = ["none", "int8", "int4", "int2", "k4v2"]
+print("| format | chunk | prefix | rows/CTA | time (us) | TFLOP/s | vs none | other height: TFLOP/s | SDPA bf16 (us, TFLOP/s) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+alt = {(r["format"], r["chunk"], r["prefix"]): r for r in rows if r["kind"] == "prefill_alt"}
+for r in sorted((r for r in rows if r["kind"] == "prefill"), key=lambda r: (order.index(r["format"]), r["chunk"], r["prefix"])):
+    key = (r["chunk"], r["prefix"])
+    a = alt.get((r["format"], r["chunk"], r["prefix"]))
+    s = f"{sdpa[key][0]:.0f}, {sdpa[key][1]:.0f}" if key in sdpa else ""
+    ratio = f"{none[key] / r['time_us']:.2f}x" if key in none else ""
+    other = f"{a['tflops']:.0f} ({a['rows']} rows)" if a else ""
+    print(f"| {r['format']} | {r['chunk']} | {r['prefix']} | {r['rows']} | {r['time_us']:.0f} | {r['tflops']:.0f} | {ratio} | "
+          f"{other} | {s} |")
+print(f"\ndate {run['context']['date']}")
