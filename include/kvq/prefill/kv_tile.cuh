@@ -14,7 +14,7 @@
 //           vp  V params  int8: scale[SP]; INT2/4: scale[SP][D/Gv], then zero[SP][D/Gv]
 //         SP = min(P, BN): a staged page is a whole record (P <= BN) or a BN-token slice of one
 //         (P = 128), always a handful of contiguous 16-byte runs of the record.
-// Filling a tile is two steps so the copy overlaps the previous tile's math:
+// Filling a tile is two steps so the copy overlaps the math of the tiles before it:
 //   issue():  cp.async of the raw bytes of record tokens (quantized roles) and of the model-dtype
 //             rows (hot ring, new tokens, "none" records) straight into k / v; zeros past the end;
 //   decode(): after the copy landed, the record tokens of quantized roles are dequantized from
@@ -44,6 +44,7 @@ struct KvTile {
   static_assert(BN == 32 || BN == 64, "tiles of 32 or 64 tokens");
   static constexpr int SP = P < BN ? P : BN;     // tokens per staged page
   static constexpr int staged_pages = BN / SP;
+  static constexpr int tile_pages = P < BN ? BN / P : 1;  // pages a tile touches (tiles never straddle a page)
   static constexpr int chunks = D / 8;           // 16-byte chunks per row
   static constexpr bool k_staged = KQ::kind != QuantKind::kNone;
   static constexpr bool v_staged = VQ::kind != QuantKind::kNone;
@@ -97,16 +98,23 @@ struct TileSource {
   int64_t cold, rec_end, kv_end;
   int b, h;
 
-  KVQ_DEVICE const uint8_t* record(int64_t t, int page, size_t record_bytes) const {
+  // Page ids of the tile starting at t0 (prefetched into shared memory: tile_pages entries,
+  // meaningful for pool pages only), so that issuing a tile's copies waits on no global load.
+  KVQ_DEVICE int32_t fetch_page_id(int64_t t0, int p, int page) const {
+    const int64_t pg = t0 / page + p;
+    return pg * page < cold && pg * page < rec_end ? v.block_table[int64_t(b) * v.max_pages_per_seq + pg] : 0;
+  }
+  KVQ_DEVICE const uint8_t* record(int64_t t, int64_t t0, const int32_t* ids, int page, size_t record_bytes) const {
     const int64_t pg = t / page;
-    return t < cold ? v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + pg], h, v.num_kv_heads, record_bytes)
+    return t < cold ? v.cold + record_offset(ids[pg - t0 / page], h, v.num_kv_heads, record_bytes)
                     : transition + record_offset(pg - cold / page, h, v.num_kv_heads, record_bytes);
   }
 };
 
 // cp.async of tile [t0, t0 + BN) into (k, v, raw); the caller commits the group.
 template <class Cfg, int BN_>
-KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, uint8_t* raw) {
+KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, const int32_t* ids, uint8_t* k, uint8_t* v,
+                           uint8_t* raw) {
   using Tile = KvTile<Cfg, BN_>;
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
@@ -119,7 +127,7 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
       if (ts >= src.rec_end) continue;
       const size_t at = size_t(idx % page_chunks) * 16;
       cp_async16(raw + size_t(sp) * Tile::page_bytes + at,
-                 Tile::staged_source(src.record(ts, P, Cfg::record_bytes), int(ts % P), at));
+                 Tile::staged_source(src.record(ts, t0, ids, P, Cfg::record_bytes), int(ts % P), at));
     }
   }
   // Model-dtype rows: every row of a "none" role, the hot / new rows of a quantized one.
@@ -136,7 +144,8 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
     }
     const T* row;
     if (t < src.rec_end)
-      row = reinterpret_cast<const T*>(src.record(t, P, Cfg::record_bytes) + (is_v ? o.v_codes : o.k_codes)) + size_t(t % P) * D;
+      row = reinterpret_cast<const T*>(src.record(t, t0, ids, P, Cfg::record_bytes) + (is_v ? o.v_codes : o.k_codes)) +
+            size_t(t % P) * D;
     else
       row = source_row(src.v, is_v ? src.v.hot_v : src.v.hot_k, is_v ? src.new_v : src.new_k, src.seq, t, src.h, D, P);
     cp_async16(dst, row + 8 * c);

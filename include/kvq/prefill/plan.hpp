@@ -15,12 +15,12 @@
 
 KVQ_NAMESPACE_BEGIN
 
-// Query rows (chunk tokens x GQA heads, token-major) one CTA carries, 16 per warp: 64 or 128.
-// More rows share each dequantized K/V tile (quantized formats pay the dequantization once per
-// CTA and tile); fewer rows leave registers and shared memory for two CTAs per multiprocessor.
+// Query rows (chunk tokens x GQA heads, token-major) one CTA of 4 warps carries: 128 (two m-tiles
+// of 16 per warp share each K/V fragment, and the dequantization of a tile serves twice the rows)
+// where the registers allow (head dim up to 128), else 64.
 constexpr int kPrefillRowsSmall = 64, kPrefillRowsLarge = 128;
-constexpr int prefill_rows_per_cta(int head_dim, bool quantized) {
-  return quantized && head_dim <= 128 ? kPrefillRowsLarge : kPrefillRowsSmall;
+constexpr int prefill_rows_per_cta(int head_dim, bool /*quantized*/) {
+  return head_dim <= 128 ? kPrefillRowsLarge : kPrefillRowsSmall;
 }
 
 struct PrefillShape {

@@ -7,8 +7,10 @@
 //   S (16 rows x BN tokens) = Q . K^T   mma.m16n8k16, Q and K from shared memory by ldmatrix
 //   online softmax per row in the log2 domain, causal mask where a tile reaches the chunk
 //   O (16 rows x D)        += P . V     P from the S accumulators, V by ldmatrix.trans
-// K/V tiles come from kv_tile.cuh, double-buffered: tile j + 1 is copied (cp.async) while tile j
-// is multiplied, then dequantized in shared memory. Nothing dequantized is written to global memory.
+// K/V tiles come from kv_tile.cuh through a 3-stage pipeline: while tile j is multiplied, tile
+// j + 2 is being copied (cp.async) and, after the math, tile j + 1 (landed) is dequantized in
+// shared memory; block-table entries are fetched a tile earlier still. Nothing dequantized is
+// written to global memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,14 +33,16 @@ constexpr int prefill_tile_tokens(int head_dim, int rows_per_cta) {
   return head_dim > 128 || rows_per_cta > 16 * kPrefillWarps ? 32 : 64;
 }
 
-// Dynamic shared memory: q [BM][D] (swizzled like the K/V rows), two K/V buffers, one raw stage.
+// Dynamic shared memory: q [BM][D] (swizzled like the K/V rows), three K/V buffers, two raw stages.
 template <class Cfg, int BM>
 struct PrefillSmem {
   using Tile = KvTile<Cfg, prefill_tile_tokens(Cfg::head_dim, BM)>;
   static constexpr size_t q_bytes = size_t(BM) * Cfg::head_dim * sizeof(typename Cfg::dtype);
+  static constexpr int stages = 3;  // K/V buffers: tile j in use, j + 1 being dequantized, j + 2 in flight
+  static constexpr size_t raw_stage = Tile::raw_bytes > 0 ? Tile::raw_bytes : 16;
   static constexpr size_t kv_offset = q_bytes;
-  static constexpr size_t raw_offset = kv_offset + 4 * Tile::rows_bytes;
-  static constexpr size_t bytes = raw_offset + (Tile::raw_bytes > 0 ? Tile::raw_bytes : 16);
+  static constexpr size_t raw_offset = kv_offset + 2 * stages * Tile::rows_bytes;
+  static constexpr size_t bytes = raw_offset + 2 * raw_stage;
 };
 
 template <class Cfg, int BM>
@@ -53,9 +57,11 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
   static_assert(BM % (16 * kPrefillWarps) == 0, "whole m-tiles per warp");
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* qs = smem;
-  uint8_t* raw = smem + L::raw_offset;
-  auto kbuf = [&](int j) { return smem + L::kv_offset + size_t(2 * (j & 1)) * Tile::rows_bytes; };
-  auto vbuf = [&](int j) { return smem + L::kv_offset + size_t(2 * (j & 1) + 1) * Tile::rows_bytes; };
+  auto raw = [&](int j) { return smem + L::raw_offset + size_t(j & 1) * L::raw_stage; };
+  auto kbuf = [&](int j) { return smem + L::kv_offset + size_t(2 * (j % L::stages)) * Tile::rows_bytes; };
+  auto vbuf = [&](int j) { return smem + L::kv_offset + size_t(2 * (j % L::stages) + 1) * Tile::rows_bytes; };
+  constexpr int TP = Tile::tile_pages;
+  __shared__ int32_t page_ids[4][TP];  // block-table entries of tiles j .. j + 3 (ring of 4)
   __shared__ SeqAttention s;
   __shared__ int bad;
 
@@ -91,11 +97,17 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
     else
       *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
   }
-  issue_tile<Cfg, BN>(src, 0, kbuf(0), vbuf(0), raw);
-  cp_async_commit();
-  cp_async_wait<0>();
+  const int ntiles = int((src.kv_end + BN - 1) / BN);
+  for (int idx = threadIdx.x; idx < 3 * TP; idx += blockDim.x)
+    page_ids[idx / TP][idx % TP] = src.fetch_page_id(int64_t(idx / TP) * BN, idx % TP, P);
   __syncthreads();
-  decode_tile<Cfg, BN>(src, 0, kbuf(0), vbuf(0), raw);
+  issue_tile<Cfg, BN>(src, 0, page_ids[0], kbuf(0), vbuf(0), raw(0));
+  cp_async_commit();
+  if (ntiles > 1) issue_tile<Cfg, BN>(src, BN, page_ids[1], kbuf(1), vbuf(1), raw(1));
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+  decode_tile<Cfg, BN>(src, 0, kbuf(0), vbuf(0), raw(0));
   __syncthreads();
 
   // This warp's MW m-tiles of 16 rows; this thread's rows g and g + 8 of each, and their
@@ -117,10 +129,12 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
     for (int ot = 0; ot < OT; ++ot) o[mw][ot][0] = o[mw][ot][1] = o[mw][ot][2] = o[mw][ot][3] = 0.0f;
   }
 
-  const int ntiles = int((src.kv_end + BN - 1) / BN);
   for (int j = 0; j < ntiles; ++j) {
     const int64_t t0 = int64_t(j) * BN;
-    if (j + 1 < ntiles) issue_tile<Cfg, BN>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw);
+    // Page ids of tile j + 3: loaded now, stored after this tile's math (the load's latency hides
+    // behind it); tile j + 2's copies start now and land while tiles j and j + 1 are processed.
+    const int32_t next_id = int(threadIdx.x) < TP ? src.fetch_page_id(t0 + 3 * BN, threadIdx.x, P) : 0;
+    if (j + 2 < ntiles) issue_tile<Cfg, BN>(src, t0 + 2 * BN, page_ids[(j + 2) % 4], kbuf(j + 2), vbuf(j + 2), raw(j + 2));
     cp_async_commit();
     if (t0 <= warp_last) {  // some key of the tile is visible to this warp's rows
       const uint8_t* ks = kbuf(j);
@@ -209,9 +223,10 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
           }
         }
     }
-    cp_async_wait<0>();
+    if (int(threadIdx.x) < TP) page_ids[(j + 3) % 4][threadIdx.x] = next_id;
+    cp_async_wait<1>();  // tile j + 1 has landed (j + 2 may still be in flight)
     __syncthreads();
-    if (j + 1 < ntiles) decode_tile<Cfg, BN>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw);
+    if (j + 1 < ntiles) decode_tile<Cfg, BN>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw(j + 1));
     __syncthreads();
   }
 
