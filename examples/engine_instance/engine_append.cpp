@@ -1,8 +1,8 @@
 // examples/engine_instance/engine_append.cpp - runtime key -> compiled configuration.
 //
 // A plain C++ translation unit (host compiler, no CUDA header): it calls kvq::append<Cfg>,
-// kvq::plan_decode<Cfg> and kvq::decode<Cfg>, whose definitions come from the
-// KVQ_INSTANTIATE_APPEND / KVQ_INSTANTIATE_DECODE lines of the .cu files next to it.
+// kvq::plan_decode<Cfg> / kvq::decode<Cfg> and kvq::plan_prefill<Cfg> / kvq::prefill<Cfg>, whose
+// definitions come from the KVQ_INSTANTIATE_* lines of the .cu files next to it.
 #include "kvq_instances.hpp"
 
 namespace engine {
@@ -79,6 +79,24 @@ kvq::Status engine_decode(const kvq::ConfigKey& key, const LayerCache& cache, co
     using T = typename Cfg::dtype;
     return kvq::decode<Cfg>(typed<T>(cache), typed<T>(args), plan, workspace, workspace_bytes, static_cast<T*>(out),
                             flags, stream);
+  });
+}
+
+kvq::Status engine_plan_prefill(const kvq::ConfigKey& key, const kvq::PrefillShape& shape, kvq::PrefillPlan* plan) {
+  return kvq::dispatch(Instances{}, key, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    return kvq::plan_prefill<Cfg>(shape, plan);
+  });
+}
+
+kvq::Status engine_prefill(const kvq::ConfigKey& key, const LayerCache& cache, const DecodeArgs& args,
+                           const kvq::PrefillPlan& plan, void* workspace, size_t workspace_bytes, void* out,
+                           uint32_t* flags, cudaStream_t stream) {
+  return kvq::dispatch(Instances{}, key, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    using T = typename Cfg::dtype;
+    return kvq::prefill<Cfg>(typed<T>(cache), typed<T>(args), plan, workspace, workspace_bytes, static_cast<T*>(out),
+                             flags, stream);
   });
 }
 

@@ -1,16 +1,16 @@
 // examples/engine_instance/kvq_instances.hpp - the engine's light kvq header.
 //
-// What the rest of an engine includes to use kvq's GPU append and decode attention: its cache
+// What the rest of an engine includes to use kvq's GPU append, decode and chunked-prefill attention: its cache
 // configurations as aliases, the list of exactly those compiled into kvq_engine_instance (one .cu
 // each), and type-erased entry points that map a runtime ConfigKey to them. No CUDA header is
 // included here, so any host translation unit of the engine (scheduler, model loader, ...) can
 // include it.
 //
-//   bf16_d128_p64_none.cu  KVQ_INSTANTIATE_APPEND / _DECODE(engine::Bf16D128P64None);
-//   bf16_d128_p64_int2.cu  KVQ_INSTANTIATE_APPEND / _DECODE(engine::Bf16D128P64Int2);
-//   bf16_d128_p64_k4v2.cu  KVQ_INSTANTIATE_APPEND / _DECODE(engine::Bf16D128P64K4V2);
-//   engine_append.cpp      engine_append(), engine_plan_decode(), engine_decode(): kvq::dispatch
-//                          over engine::Instances (host compiler)
+//   bf16_d128_p64_none.cu  KVQ_INSTANTIATE_APPEND / _DECODE / _PREFILL(engine::Bf16D128P64None);
+//   bf16_d128_p64_int2.cu  KVQ_INSTANTIATE_APPEND / _DECODE / _PREFILL(engine::Bf16D128P64Int2);
+//   bf16_d128_p64_k4v2.cu  KVQ_INSTANTIATE_APPEND / _DECODE / _PREFILL(engine::Bf16D128P64K4V2);
+//   engine_append.cpp      engine_append(), engine_plan_decode(), engine_decode(), engine_plan_prefill(),
+//                          engine_prefill(): kvq::dispatch over engine::Instances (host compiler)
 //
 // Adding a configuration: an alias here, an entry in Instances, a one-line .cu. An alias is
 // required anyway: KVQ_INSTANTIATE_APPEND is a macro and CacheConfig<...> has commas.
@@ -21,6 +21,7 @@
 
 #include <kvq/append/append.hpp>  // kvq::append<Cfg> (declaration), CacheConfig, ConfigKey, cudaStream_t
 #include <kvq/decode/decode.hpp>  // kvq::plan_decode<Cfg>, kvq::decode<Cfg> (declarations), DecodePlan
+#include <kvq/prefill/prefill.hpp>  // kvq::plan_prefill<Cfg>, kvq::prefill<Cfg> (declarations), PrefillPlan
 #include <kvq/dispatch/dispatch.hpp>
 
 namespace engine {
@@ -60,11 +61,12 @@ struct AppendArgs {
 };
 
 // Same fields as kvq::AttentionBatch<T> (kvq/attention/batch.hpp), model-dtype pointers as void*.
+// Serves decode (q_len 1..16) and chunked prefill (any q_len) alike.
 struct DecodeArgs {
   int32_t batch = 0;
   int32_t num_q_heads = 0;
   kvq::SeqLengths lengths;            // prefix lengths; cold lengths before or after this step's append
-  const int32_t* cu_q = nullptr;      // [batch + 1], q_len 1..16 per sequence
+  const int32_t* cu_q = nullptr;      // [batch + 1]: q_len 1..16 per sequence (decode), any (prefill)
   const void* q = nullptr;            // [cu_q[batch]][num_q_heads][head_dim]
   const void* new_k = nullptr;        // [cu_q[batch]][num_kv_heads][head_dim]
   const void* new_v = nullptr;
@@ -89,5 +91,12 @@ kvq::Status engine_plan_decode(const kvq::ConfigKey& key, const kvq::DecodeShape
 kvq::Status engine_decode(const kvq::ConfigKey& key, const LayerCache& cache, const DecodeArgs& args,
                           const kvq::DecodePlan& plan, void* workspace, size_t workspace_bytes, void* out,
                           uint32_t* flags, cudaStream_t stream);
+
+// kvq::plan_prefill<Cfg> (host, once per batch shape) and kvq::prefill<Cfg> (every chunk; no host
+// synchronisation or allocation): chunks of any length attending to their whole cached prefix.
+kvq::Status engine_plan_prefill(const kvq::ConfigKey& key, const kvq::PrefillShape& shape, kvq::PrefillPlan* plan);
+kvq::Status engine_prefill(const kvq::ConfigKey& key, const LayerCache& cache, const DecodeArgs& args,
+                           const kvq::PrefillPlan& plan, void* workspace, size_t workspace_bytes, void* out,
+                           uint32_t* flags, cudaStream_t stream);
 
 }  // namespace engine
