@@ -169,15 +169,15 @@ struct DeviceAttention {
   }
 };
 
-// Runs kvq::decode into poisoned output (twice: the result must not change between runs).
-template <class Cfg>
-std::vector<typename Cfg::dtype> run_decode(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
-                                            const kvq::DecodePlan& plan, uint32_t* flags, const std::string& where) {
-  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-  std::vector<typename Cfg::dtype> first;
+// Runs `launch(workspace, bytes)` (a kvq attention call on d) into poisoned output, twice: the
+// result must not change between runs.
+template <class T, class Launch>
+std::vector<T> run_poisoned_twice(DeviceAttention<T>& d, size_t workspace_bytes, const std::string& where, Launch&& launch) {
+  DeviceBuffer<uint8_t> ws(workspace_bytes);
+  std::vector<T> first;
   for (int run = 0; run < 2; ++run) {
-    KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(typename Cfg::dtype)));
-    REQUIRE(kvq::decode<Cfg>(view, d.a, plan, ws.get(), ws.size(), d.out.get(), flags, nullptr) == kvq::Status::kSuccess);
+    KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
+    REQUIRE(launch(ws.get(), ws.size()) == kvq::Status::kSuccess);
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
     if (run == 0) {
       first = d.out.download();
@@ -186,6 +186,14 @@ std::vector<typename Cfg::dtype> run_decode(const kvq::CacheView<typename Cfg::d
     }
   }
   return first;
+}
+
+template <class Cfg>
+std::vector<typename Cfg::dtype> run_decode(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
+                                            const kvq::DecodePlan& plan, uint32_t* flags, const std::string& where) {
+  return run_poisoned_twice(d, plan.workspace_bytes, where, [&](void* ws, size_t bytes) {
+    return kvq::decode<Cfg>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr);
+  });
 }
 
 inline int num_sms() {

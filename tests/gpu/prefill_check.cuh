@@ -12,23 +12,13 @@
 
 namespace kvq_test {
 
-// Runs kvq::prefill into poisoned output (twice: the result must not change between runs).
+// Runs kvq::prefill into poisoned output, twice (the same bits both times).
 template <class Cfg>
 std::vector<typename Cfg::dtype> run_prefill(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
                                              const kvq::PrefillPlan& plan, uint32_t* flags, const std::string& where) {
-  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-  std::vector<typename Cfg::dtype> first;
-  for (int run = 0; run < 2; ++run) {
-    KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(typename Cfg::dtype)));
-    REQUIRE(kvq::prefill<Cfg>(view, d.a, plan, ws.get(), ws.size(), d.out.get(), flags, nullptr) == kvq::Status::kSuccess);
-    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-    if (run == 0) {
-      first = d.out.download();
-    } else {
-      CHECK_MESSAGE(first_difference(first, d.out.download()) == -1, where << ": a second run gives different bits");
-    }
-  }
-  return first;
+  return run_poisoned_twice(d, plan.workspace_bytes, where, [&](void* ws, size_t bytes) {
+    return kvq::prefill<Cfg>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr);
+  });
 }
 
 // One chunk per sequence (counts[b] tokens, rows taken from each prompt at offset done[b]).
