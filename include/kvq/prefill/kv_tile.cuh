@@ -13,7 +13,7 @@
 //           vc  V codes   [SP / 2 token pairs]
 //           vp  V params  int8: scale[SP]; INT2/4: scale[SP][D/Gv], then zero[SP][D/Gv]
 //         SP = min(P, BN): a staged page is a whole record (P <= BN) or a BN-token slice of one
-//         (P = 128), always a handful of contiguous 16-byte runs of the record.
+//         (P > BN), always a handful of contiguous 16-byte runs of the record.
 // Filling a tile is two steps so the copy overlaps the math of the tiles before it:
 //   issue():  cp.async of the raw bytes of record tokens (quantized roles) and of the model-dtype
 //             rows (hot ring, new tokens, "none" records) straight into k / v; zeros past the end;

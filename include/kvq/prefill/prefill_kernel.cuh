@@ -1,8 +1,8 @@
 // kvq/prefill/prefill_kernel.cuh - the tensor-core kernel of chunked-prefill attention.
 //
-// CTA = (row tile, sequence, KV head). Its BM (64 or 128) query rows are chunk tokens x GQA heads of one KV
-// head, token-major (row r = token r / group, query head h * group + r % group), so every K/V
-// tile is read and dequantized once for the whole group. 4 warps, BM / 4 rows (1 or 2 m-tiles of
+// CTA = (row tile, sequence, KV head). Its BM (64 or 128) query rows are chunk tokens x GQA
+// heads of one KV head, token-major (row r = token r / group, query head h * group + r % group),
+// so every K/V tile is read and dequantized once for the whole group. 4 warps, BM / 4 rows (1 or 2 m-tiles of
 // 16) each, FlashAttention-2 style over the keys [0, last row's position]:
 //   S (16 rows x BN tokens) = Q . K^T   mma.m16n8k16, Q and K from shared memory by ldmatrix
 //   online softmax per row in the log2 domain, causal mask where a tile reaches the chunk
