@@ -44,7 +44,8 @@ def main():
     for log in sorted((out / "logs").glob("passkey*.log")):
         for m in re.finditer(r"passkey_cell (\S+) length (\d+) depth ([\d.]+) correct (\d+) of (\d+)", log.read_text()):
             f, L, d, c, n = m.groups()
-            cells[f][(int(L), d)] = (int(c), int(n))
+            c0, n0 = cells[f].get((int(L), d), (0, 0))  # several runs of a cell (other seeds) add up
+            cells[f][(int(L), d)] = (c0 + int(c), n0 + int(n))
             depths.add(d)
             lengths.add(int(L))
     depths, lengths = sorted(depths), sorted(lengths)
