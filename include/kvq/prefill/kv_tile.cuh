@@ -49,17 +49,15 @@ struct KvTile {
   static constexpr bool k_staged = KQ::kind != QuantKind::kNone;
   static constexpr bool v_staged = VQ::kind != QuantKind::kNone;
 
-  template <class Q, Role R>
-  static constexpr size_t params_bytes() {
-    return Q::kind == QuantKind::kNone   ? 0
-           : Q::kind == QuantKind::kInt8 ? size_t(SP) * 4
-           : R == Role::kKey             ? size_t(SP >= Q::group ? SP / Q::group : 1) * D * 4
-                                         : size_t(SP) * (D / Q::group) * 4;
-  }
-  static constexpr size_t kc_bytes = k_staged ? size_t(SP) * D * KQ::bits / 8 : 0;
-  static constexpr size_t kp_bytes = params_bytes<KQ, Role::kKey>();
-  static constexpr size_t vc_bytes = v_staged ? size_t(SP) * D * VQ::bits / 8 : 0;
-  static constexpr size_t vp_bytes = params_bytes<VQ, Role::kValue>();
+  // Section sizes of a record of page SP (record_layout.hpp), except that keys keep one whole
+  // group's parameters when the key group is longer than SP. "none" roles are not staged.
+  static constexpr size_t kc_bytes = k_staged ? section_codes_bytes(KQ::desc, D, SP) : 0;
+  static constexpr size_t kp_bytes =
+      KQ::kind == QuantKind::kNone || KQ::kind == QuantKind::kInt8 || SP >= KQ::group
+          ? section_params_bytes(KQ::desc, Role::kKey, D, SP)
+          : section_params_bytes(KQ::desc, Role::kKey, D, KQ::group);
+  static constexpr size_t vc_bytes = v_staged ? section_codes_bytes(VQ::desc, D, SP) : 0;
+  static constexpr size_t vp_bytes = section_params_bytes(VQ::desc, Role::kValue, D, SP);
   static constexpr size_t kc = 0, kp = kc_bytes, vc = kp + kp_bytes, vp = vc + vc_bytes, page_bytes = vp + vp_bytes;
   static_assert(kc_bytes % 16 == 0 && kp_bytes % 16 == 0 && vc_bytes % 16 == 0 && vp_bytes % 16 == 0,
                 "staged sections are whole 16-byte chunks");
