@@ -19,6 +19,7 @@
 
 #include <cmath>
 
+#include "kvq/attention/run_checks.hpp"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/attention/transition.cuh"
 #include "kvq/decode/decode.hpp"
@@ -173,18 +174,11 @@ template <class Cfg>
 Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
               const DecodePlan& plan, void* workspace, size_t workspace_bytes, typename Cfg::dtype* out,
               uint32_t* flags, cudaStream_t stream) {
-  constexpr int D = Cfg::head_dim, P = Cfg::page;
-  Status st = check_view(cache, P);
-  if (st == Status::kSuccess) st = check_attention_args(batch, cache.num_kv_heads);
+  constexpr int D = Cfg::head_dim;
+  const PlannedAttention planned{plan.head_dim, plan.page, plan.record_bytes, plan.shape.num_q_heads,
+                                 plan.shape.num_kv_heads, plan.shape.residual, plan.shape.batch, plan.workspace_bytes};
+  const Status st = check_attention_run<Cfg>(cache, batch, planned, workspace, workspace_bytes, out, flags);
   if (st != Status::kSuccess) return st;
-  if (plan.head_dim != D || plan.page != P || plan.record_bytes != Cfg::record_bytes ||
-      plan.shape.num_q_heads != batch.num_q_heads || plan.shape.num_kv_heads != cache.num_kv_heads ||
-      plan.shape.residual != cache.residual)
-    return Status::kConfigMismatch;
-  if (batch.batch > plan.shape.batch || batch.batch > 65535) return Status::kInvalidShape;
-  if (!workspace || !out || !flags) return Status::kNullPointer;
-  if (workspace_bytes < plan.workspace_bytes) return Status::kWorkspaceTooSmall;
-  if (reinterpret_cast<uintptr_t>(workspace) % 256 || reinterpret_cast<uintptr_t>(cache.cold) % 16) return Status::kInvalidShape;
   if (batch.batch == 0) return Status::kSuccess;
   const detail::DecodeWorkspace ws = detail::carve(plan, workspace);
   if (cudaMemsetAsync(ws.status, 0, size_t(batch.batch) * 4, stream) != cudaSuccess) return Status::kCudaError;

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kvq/attention/run_checks.hpp"
 #include "kvq/attention/transition.cuh"
 #include "kvq/prefill/prefill.hpp"
 #include "kvq/prefill/prefill_kernel.cuh"
@@ -44,18 +45,11 @@ template <class Cfg>
 Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
                const PrefillPlan& plan, void* workspace, size_t workspace_bytes, typename Cfg::dtype* out,
                uint32_t* flags, cudaStream_t stream) {
-  Status st = check_view(cache, Cfg::page);
-  if (st == Status::kSuccess) st = check_attention_args(batch, cache.num_kv_heads);
+  const PlannedAttention planned{plan.head_dim, plan.page, plan.record_bytes, plan.shape.num_q_heads,
+                                 plan.shape.num_kv_heads, plan.shape.residual, plan.shape.batch, plan.workspace_bytes};
+  const Status st = check_attention_run<Cfg>(cache, batch, planned, workspace, workspace_bytes, out, flags);
   if (st != Status::kSuccess) return st;
-  if (plan.head_dim != Cfg::head_dim || plan.page != Cfg::page || plan.record_bytes != Cfg::record_bytes ||
-      plan.shape.num_q_heads != batch.num_q_heads || plan.shape.num_kv_heads != cache.num_kv_heads ||
-      plan.shape.residual != cache.residual)
-    return Status::kConfigMismatch;
-  if (batch.batch > plan.shape.batch) return Status::kInvalidShape;
-  if (!workspace || !out || !flags) return Status::kNullPointer;
-  if (workspace_bytes < plan.workspace_bytes) return Status::kWorkspaceTooSmall;
-  if (reinterpret_cast<uintptr_t>(workspace) % 256 || reinterpret_cast<uintptr_t>(cache.cold) % 16 ||
-      reinterpret_cast<uintptr_t>(cache.hot_k) % 16 || reinterpret_cast<uintptr_t>(cache.hot_v) % 16 ||
+  if (reinterpret_cast<uintptr_t>(cache.hot_k) % 16 || reinterpret_cast<uintptr_t>(cache.hot_v) % 16 ||
       reinterpret_cast<uintptr_t>(batch.q) % 16 || reinterpret_cast<uintptr_t>(batch.new_k) % 16 ||
       reinterpret_cast<uintptr_t>(batch.new_v) % 16 || reinterpret_cast<uintptr_t>(out) % 4)
     return Status::kInvalidShape;  // 16-byte copies of rows
