@@ -14,13 +14,20 @@
 //     virtual k index 2i (+8 for odd j) of k-step j/2. The Q operand uses the same channel map
 //     (k_channel), so the product is the ordinary dot product.
 //   V tile as A of O^T = V^T P^T (rows = channels, k = tokens). Lane (g, i) reads token pairs i
-//     and i+4 and only its own eighth of each row: D/8 channels (v_channel); m-tile mt row g is
-//     its channel 2mt, row g+8 its channel 2mt+1. A packed INT2/INT4 V word already holds a
-//     channel of a token pair in its two half-words (quant/packing.hpp), so one shift and one
-//     mask give the pair.
-// INT2/INT4 codes become (magic + code) in one OR (Half2Consts) and the code after one exact
-// subtraction; keys stay codes (their scale is in the query operand), values get their scale and
-// zero point in one fma.
+//     and i+4. A packed INT2/INT4 V word already holds a channel of a token pair in its two
+//     half-words (quant/packing.hpp), so one rotation and one mask give the pair.
+//     Blocked (INT2/INT4 values, Gv a multiple of 32): lane g takes channels 32B + 4g .. +3 of
+//       every 32-channel block B, so m-tile mt (block mt/2, channels 4g + 2(mt%2) and +1) lies in
+//       one value group; rows g / g+8 of m-tile mt are list indices u = 2mt / 2mt+1, channel
+//       32(u/4) + 4g + u%4 (v_channel).
+//     Otherwise: lane g reads its own eighth of each row, D/8 consecutive channels; m-tile mt row
+//       g is its channel 2mt, row g+8 its channel 2mt+1.
+// INT2/INT4 codes enter the mma as exact fp16 (offset + code) pairs (quant/offset_code.hpp: a
+// rotation and one LOP3). Keys: the per-channel scale is in the query operand, the offsets and the
+// zero points in a per-row bias. Blocked values: the token's group scale is in the probabilities
+// (P' = P s, the B operand), and two sums per block restore O = A - offset . sum P' + sum P z.
+// Other INT2/INT4 values: (magic + code) by one OR, the code by one exact subtraction, scale and
+// zero point by one fma.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +36,7 @@
 #include "kvq/cache/config.hpp"
 #include "kvq/numeric/mma.cuh"
 #include "kvq/quant/formats.hpp"
+#include "kvq/quant/offset_code.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -150,26 +158,21 @@ struct RecordTile {
   // into fp16 range per row; 3 more mantissa bits than bf16), the model dtype otherwise.
   using KMma = std::conditional_t<k_asym, fp16, T>;
 
-  // INT2/INT4 keys enter the mma as centred codes c - mid (mid = 2^(bits-1): exact in fp16), so
-  // that the zero point moved to z + mid * scale absorbs the offset and the scaled part stays
-  // small (no cancellation between q.zero and q.scale.code).
-  static constexpr int k_mid = k_asym ? 1 << (KQ::bits - 1) : 0;
-  static constexpr uint32_t k_neg_magic_mid = (0xE400u | uint32_t(k_mid)) * 0x00010001u;     // -(1024 + mid)
-  static constexpr uint32_t k_mid_pair = (uint32_t(15 + (KQ::bits - 1)) << 10) * 0x00010001u;  // fp16 mid
-
-  // Pair j of lane i as A operand: INT2/INT4 the centred codes (fp16), INT8 the codes, "none" the values.
+  // Pair j of lane i as A operand: INT2/INT4 (offset + code) in fp16, INT8 the codes, "none" the values.
   KVQ_DEVICE static uint32_t k_pair(const uint32_t (&w)[k_words], int j) {
     const uint32_t x = w[j / k_pairs_per_word];
     const int pw = j % k_pairs_per_word;
     if constexpr (k_asym) {
-      using H16 = Half2Consts<fp16>;
-      constexpr uint32_t mask = uint32_t((1 << KQ::bits) - 1) * 0x00010001u;
-      return hfma2<fp16>(((x >> (KQ::bits * pw)) & mask) | H16::magic, H16::one, k_neg_magic_mid);  // exact
+      return offset_code_pair<KQ::bits>(x, KQ::bits * pw);  // exact
     } else if constexpr (k_int8) {
       return int8_pair(x, x, 2 * pw, 2 * pw + 1);
     } else {
       return x;
     }
+  }
+  // -offset of pair j (both halves), for the key bias: the A operand of -offset . Q''.
+  KVQ_DEVICE static uint32_t k_neg_offset(int j) {
+    return offset_code_neg_offset_pair<KQ::bits>(KQ::bits * (j % k_pairs_per_word));
   }
 
   // ---- V operand ----
@@ -184,8 +187,17 @@ struct RecordTile {
   KVQ_DEVICE static int v_word_offset(int g, int w) {
     return v_chunked ? (g + 8 * (w / 4)) * 16 + 4 * (w % 4) : g * v_share + 4 * w;
   }
+  // Blocked values: INT2/INT4 with value groups of a multiple of 32 channels (see the header).
+  static constexpr bool v_blocked = v_asym && VQ::group % 32 == 0;
+  static constexpr int v_blocks = D / 32;
+
   // Channel of lane g's list index u (m-tile mt: rows g / g+8 are u = 2mt / 2mt+1).
-  KVQ_DEVICE static int v_channel(int g, int u) { return v_word_offset(g, u / v_cpw) / 4 * v_cpw + u % v_cpw; }
+  KVQ_DEVICE static int v_channel(int g, int u) {
+    if constexpr (v_blocked)
+      return 32 * (u / 4) + 4 * g + u % 4;
+    else
+      return v_word_offset(g, u / v_cpw) / 4 * v_cpw + u % v_cpw;
+  }
 
   KVQ_DEVICE static void load_v_unit(const uint8_t* unit, int g, uint32_t (&w)[v_words]) {
     load_share<v_share, 8>(unit, g, w);
@@ -222,6 +234,43 @@ struct RecordTile {
         v.s[0] = pack2<T>(sc[2 * p], sc[2 * p + 1]);
       }
     }
+  }
+
+  // ---- blocked values ----
+  // Rotations lane g applies to a word (INT2: channels e and e+1 share one).
+  static constexpr int v_rots = VQ::bits == 2 ? 2 : 4;
+  // Word of block B lane g reads in a token-pair unit, and the bit of its first channel there.
+  KVQ_DEVICE static int v_block_word(int B, int g) { return 32 / v_cpw * B + 4 * g / v_cpw; }
+  KVQ_DEVICE static int v_lane_bit(int g) { return VQ::bits * ((4 * g) % v_cpw); }
+  KVQ_DEVICE static void v_rotations(int g, int (&r)[v_rots]) {
+    KVQ_UNROLL
+    for (int k = 0; k < v_rots; ++k) {
+      const int e = VQ::bits == 2 ? 2 * k : k;  // lane channel 4g + e sits at bit v_lane_bit + bits * e
+      r[k] = (offset_code_rotation<VQ::bits>(VQ::bits * e) - v_lane_bit(g)) & 31;
+    }
+  }
+
+  struct VBlockPair {
+    uint32_t w[v_blocks];  // one token pair's word of each block
+  };
+  KVQ_DEVICE static void load_v_blocked(const uint8_t* tile, int p, int g, VBlockPair& v) {
+    const uint32_t* unit = reinterpret_cast<const uint32_t*>(tile + vc + p * v_unit);
+    KVQ_UNROLL
+    for (int B = 0; B < v_blocks; ++B) v.w[B] = unit[v_block_word(B, g)];
+  }
+  // List index u as A operand: (offset + code) in fp16 of channel v_channel(g, u), tokens (2p, 2p+1).
+  KVQ_DEVICE static uint32_t v_pair_blocked(const VBlockPair& v, int u, const int (&rot)[v_rots]) {
+    const int e = u % 4;
+    return offset_code_at<VQ::bits>(rotate_left(v.w[u / 4], rot[VQ::bits == 2 ? e / 2 : e]),
+                                    offset_code_target<VQ::bits>(VQ::bits * e));
+  }
+  // The offset list index u carries (the same for every lane).
+  KVQ_DEVICE static float v_offset(int u) { return float(offset_code_offset<VQ::bits>(VQ::bits * (u % 4))); }
+  // Scale (which 0) or zero point (which 1) of block B for tokens (2p, 2p+1), as an fp16 pair.
+  KVQ_DEVICE static uint32_t v_block_params(const uint8_t* tile, int p, int B, int which) {
+    const uint16_t* prm = reinterpret_cast<const uint16_t*>(tile + vp) + which * kTokens * v_groups;
+    const int G = 32 * B / VQ::group;
+    return uint32_t(prm[(2 * p) * v_groups + G]) | (uint32_t(prm[(2 * p + 1) * v_groups + G]) << 16);
   }
 
   // Channel u of the pair as A operand: (token 2p, token 2p+1), dequantized in T.

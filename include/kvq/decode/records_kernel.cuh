@@ -8,20 +8,26 @@
 //   S^T (16 tokens x 8 rows)  = K_tile . Q^T     mma.m16n8k16, keys as A, fp32 accumulators
 //   online softmax per row (max over the 16 tokens by shuffles), P^T transposed by movmatrix
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
-// Keys: INT2/INT4 codes enter an fp16 mma as exact codes; the per-channel scale is folded into
-// the query (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the
-// zero point into a per-row bias computed by two more mmas (zero . q 2^-e + scale . mid q 2^-e): with
-// codes centred on mid, S = 2^e ((code - mid) . Q'' + bias), so a key pair costs a shift, an OR
-// and an exact subtract. INT8 keys enter as exact codes and
-// the token scale multiplies S.
-// Values are dequantized in registers (shift, OR, exact subtract, one fma with the token's
-// scale and zero). The split's partial output and (max, sum) per row go to the workspace; the
-// merge kernel of decode_impl.cuh combines splits and the tail (hot rows + new tokens).
+// Keys: INT2/INT4 codes enter an fp16 mma as exact (offset + code) pairs (a rotation shared by
+// two pairs and one LOP3, quant/offset_code.hpp); the per-channel scale is folded into the query
+// (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the zero points
+// and offsets into a per-row bias computed by two more mmas (zero . q 2^-e - offset . Q''), so
+// S = 2^e ((offset + code) . Q'' + bias). INT8 keys enter as exact codes and the token scale
+// multiplies S.
+// Values, INT2/INT4 with groups of a multiple of 32 channels ("blocked", record_tile.cuh): the
+// codes enter an fp16 mma as exact (offset + code) pairs, the token's group scale is in the
+// probabilities (P'_B = P s_B per 32-channel block B), and per block and row two running sums,
+// SS_B = sum P'_B (an mma of ones) and ZZ_B = sum P z_B (an mma of the zero points), restore
+// O = A - offset SS_B + ZZ_B once per split. Other values are dequantized in registers (INT2/INT4
+// with smaller groups: shift, OR, exact subtract, one fma with the token's scale and zero). The
+// split's partial output and (max, sum) per row go to the workspace; the merge kernel of
+// decode_impl.cuh combines splits and the tail (hot rows + new tokens).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kvq/attention/token_source.hpp"
 #include "kvq/decode/plan.hpp"
@@ -99,7 +105,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   // exceeds the largest fp16 scale; then S = 2^e * (codes . Q'' + zero . (q * 2^-e)).
   using KMma = typename Tile::KMma;
   constexpr int QH = L::qh_stride;
-  uint32_t qb[NT][KS][2];
+  // fp16 models, INT2/INT4 keys: Q'' = hi + lo (two fp16 parts; the key mma runs on both), so the
+  // query operand carries no rounding beyond fp16's q (a single fp16 Q'' moves every logit of a key
+  // group by the same per-channel relative error, which the naive fp16 attention does not have).
+  constexpr bool KSPLIT = Tile::k_asym && std::is_same_v<T, fp16>;
+  uint32_t qb[NT][KS][2], qlo[NT][KSPLIT ? KS : 1][2];
   float bias[NT][2], unscale[NT][2];
   if constexpr (Tile::k_asym) {
     for (int r = warp; r < ROWS; r += kDecodeWarps) {
@@ -131,69 +141,101 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
       }
   }
 
-  float m[NT][2], l[NT][2], o[NT][MT][4];
+  // Blocked values: ss[nt][B / 2] holds SS_B in rows 0-7 (B even) or 8-15 (B odd) of an mma
+  // accumulator, zz[nt] ZZ_B in row B; vrot: this lane's rotations of the value words.
+  constexpr bool VB = Tile::v_blocked;
+  constexpr int NB = Tile::v_blocks, NB2 = VB ? (NB + 1) / 2 : 1;
+  float m[NT][2], l[NT][2], o[NT][MT][4], ss[NT][NB2][4], zz[NT][4];
   KVQ_UNROLL
   for (int nt = 0; nt < NT; ++nt) {
     m[nt][0] = m[nt][1] = -INFINITY;
     l[nt][0] = l[nt][1] = 0.0f;
     KVQ_UNROLL
     for (int mt = 0; mt < MT; ++mt) o[nt][mt][0] = o[nt][mt][1] = o[nt][mt][2] = o[nt][mt][3] = 0.0f;
+    KVQ_UNROLL
+    for (int b = 0; b < NB2; ++b) ss[nt][b][0] = ss[nt][b][1] = ss[nt][b][2] = ss[nt][b][3] = 0.0f;
+    zz[nt][0] = zz[nt][1] = zz[nt][2] = zz[nt][3] = 0.0f;
   }
-  const float scale_log2 = a.softmax_scale * 1.4426950408889634f;
+  int vrot[Tile::v_rots];
+  if constexpr (VB) Tile::v_rotations(g, vrot);
+  constexpr uint32_t one = Half2Consts<fp16>::one;
+  const uint32_t ones_lo[4] = {one, 0u, one, 0u}, ones_hi[4] = {0u, one, 0u, one};  // A of SS (rows 0-7, 8-15)
+  // Logits in log2 units: x = S pre (pre = 2^e softmax_scale log2(e)), or with a softcap
+  // x = softcap log2(e) tanh(S pre) (pre = 2^e softmax_scale / softcap).
+  const bool capped = a.softcap > 0.0f;
+  const float cap_log2 = a.softcap * 1.4426950408889634f;
+  float pre[NT][2];
+  KVQ_UNROLL
+  for (int nt = 0; nt < NT; ++nt)
+    KVQ_UNROLL
+    for (int hh = 0; hh < 2; ++hh)
+      pre[nt][hh] = unscale[nt][hh] * (capped ? a.softmax_scale / a.softcap : a.softmax_scale * 1.4426950408889634f);
   const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
   uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
-  const int64_t first_page = start / P + warp;
-
-  auto tile_token = [&](int n) -> int64_t { return (first_page + 4 * (n / TPP)) * P + 16 * (n % TPP); };
+  // The warp's pages are pages 0, 4, 8, ... of the split counted from `base` (its first token);
+  // tile n is tile n % TPP of page n / TPP. Offsets from base fit 32 bits (a split is below 2^31
+  // tokens), so the loop does no 64-bit arithmetic except once per page.
+  const int64_t base = (start / P + warp) * P;
+  const int rel_end = end > base ? int(end - base) : 0;
+  int ntiles = 0;
+  if (rel_end > 0) {
+    const int kmax = (rel_end - 1) / P / 4;  // the warp's last page
+    const int left = rel_end - 4 * kmax * P;
+    ntiles = kmax * TPP + ((left < P ? left : P) + 15) / 16;
+  }
+  auto tile_offset = [&](int n) { return 4 * P * (n / TPP) + 16 * (n % TPP); };
+  const uint8_t* issue_record = nullptr;  // the record of the page being issued
   auto issue = [&](int n) {
-    const int64_t t = tile_token(n);
-    if (t < end) {
-      const int64_t page = t / P;
-      const uint8_t* record =
-          page * P < s.cold
-              ? v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + page], h, v.num_kv_heads, Cfg::record_bytes)
-              : transition + record_offset(page - s.cold / P, h, v.num_kv_heads, Cfg::record_bytes);
-      Tile::copy(ring + (n % S) * Tile::bytes, record, int(t % P), lane);
+    if (n < ntiles) {
+      if (n % TPP == 0) {
+        const int64_t page = base / P + 4 * (n / TPP);
+        issue_record =
+            page * P < s.cold
+                ? v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + page], h, v.num_kv_heads, Cfg::record_bytes)
+                : transition + record_offset(page - s.cold / P, h, v.num_kv_heads, Cfg::record_bytes);
+      }
+      Tile::copy(ring + (n % S) * Tile::bytes, issue_record, 16 * (n % TPP), lane);
     }
     cp_async_commit();
   };
 
   KVQ_UNROLL
   for (int n = 0; n < S - 1; ++n) issue(n);
-  for (int n = 0; tile_token(n) < end; ++n) {
+  for (int n = 0; n < ntiles; ++n) {
     issue(n + S - 1);
     cp_async_wait<S - 1>();
     __syncwarp();
     const uint8_t* tile = ring + (n % S) * Tile::bytes;
-    const int64_t tok0 = tile_token(n);
+    const int rel0 = tile_offset(n);  // the tile's first token - base
 
     // ---- keys: S^T = K_tile . Q^T ----
     if constexpr (Tile::k_asym) {
-      if (tok0 % Tile::KQ::group == 0) {  // new key group: Q'' = qh * scale, bias = (zero + mid scale) . qh
+      if (16 * (n % TPP) % Tile::KQ::group == 0) {  // new key group: Q'' = qh * scale, bias = z . qh - offset . Q
         const uint32_t* ksc = reinterpret_cast<const uint32_t*>(tile + Tile::kp);  // fp16 pairs
         const uint32_t* kze = ksc + D / 2;
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt) {
-          if (nt >= active_nt) break;
-          // bias = z . qh + scale . (mid qh): two mmas of stored fp16 values and exact fp16
-          // operands (mid is a power of two), so the bias is rounded only by the fp32 sums.
+          if (NT > 1 && nt >= active_nt) break;
+          // bias = z . qh - offset . Q'': two mmas of stored fp16 values and exact fp16 operands
+          // (offsets are powers of two), so the bias is rounded only by the fp32 sums.
           float zacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           KVQ_UNROLL
           for (int kk = 0; kk < KS; ++kk) {
-            uint32_t qn[2], qm[2], z[2], sc[2];
+            uint32_t qn[2], z[2];
             KVQ_UNROLL
             for (int hh = 0; hh < 2; ++hh) {
               const int c2 = Tile::k_channel(i, 2 * kk + hh) / 2;
               qn[hh] = qh[(nt * 8 + g) * QH + c2];
-              qm[hh] = hmul2<fp16>(qn[hh], Tile::k_mid_pair);
               z[hh] = kze[c2];
-              sc[hh] = ksc[c2];
               qb[nt][kk][hh] = hmul2<fp16>(qn[hh], ksc[c2]);
+              if constexpr (KSPLIT) qlo[nt][kk][hh] = fp16_pair_product_residual(qn[hh], ksc[c2], qb[nt][kk][hh]);
             }
             const uint32_t za[4] = {z[0], z[0], z[1], z[1]};  // every row the zero points
-            const uint32_t sa[4] = {sc[0], sc[0], sc[1], sc[1]};
+            const uint32_t oa[4] = {Tile::k_neg_offset(2 * kk), Tile::k_neg_offset(2 * kk), Tile::k_neg_offset(2 * kk + 1),
+                                    Tile::k_neg_offset(2 * kk + 1)};
             mma16816<fp16>(zacc, za, qn[0], qn[1]);
-            mma16816<fp16>(zacc, sa, qm[0], qm[1]);
+            mma16816<fp16>(zacc, oa, qb[nt][kk][0], qb[nt][kk][1]);
+            if constexpr (KSPLIT) mma16816<fp16>(zacc, oa, qlo[nt][kk][0], qlo[nt][kk][1]);
           }
           bias[nt][0] = zacc[0];
           bias[nt][1] = zacc[1];
@@ -216,14 +258,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
                                 Tile::k_pair(k1, 2 * kk + 1)};
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt)
-          if (nt < active_nt) mma16816<KMma>(sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
-      }
-      if constexpr (Tile::k_asym) {
-        KVQ_UNROLL
-        for (int nt = 0; nt < NT; ++nt) {
-          sacc[nt][0] *= unscale[nt][0], sacc[nt][1] *= unscale[nt][1];
-          sacc[nt][2] *= unscale[nt][0], sacc[nt][3] *= unscale[nt][1];
-        }
+          if (NT == 1 || nt < active_nt) {
+            mma16816<KMma>(sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
+            if constexpr (KSPLIT) mma16816<fp16>(sacc[nt], ka, qlo[nt][kk][0], qlo[nt][kk][1]);
+          }
       }
       if constexpr (Tile::k_int8) {
         const float* ks = reinterpret_cast<const float*>(tile + Tile::kp);
@@ -233,20 +271,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
       }
     }
 
-    // ---- online softmax; P^T as the B operand of the value mma ----
-    const bool ok0 = tok0 + g < end, ok1 = tok0 + g + 8 < end;
+    // ---- online softmax; P^T as the B operand of the value mma (fp16 for blocked values) ----
+    using PT = std::conditional_t<VB, fp16, T>;
+    const bool ok0 = rel0 + g < rel_end, ok1 = rel0 + g + 8 < rel_end;
     uint32_t pb[NT][2];
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
       float p0[2], p1[2], cr[2];
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
-        float x0 = sacc[nt][hh], x1 = sacc[nt][2 + hh];
-        if (a.softcap > 0.0f) {
-          x0 = a.softcap * tanhf(x0 * a.softmax_scale / a.softcap) * 1.4426950408889634f;
-          x1 = a.softcap * tanhf(x1 * a.softmax_scale / a.softcap) * 1.4426950408889634f;
-        } else {
-          x0 *= scale_log2, x1 *= scale_log2;
+        float x0 = sacc[nt][hh] * pre[nt][hh], x1 = sacc[nt][2 + hh] * pre[nt][hh];  // 2^e and the scale in one
+        if (capped) {
+          x0 = cap_log2 * tanhf(x0);
+          x1 = cap_log2 * tanhf(x1);
         }
         x0 = ok0 ? x0 : -INFINITY;
         x1 = ok1 ? x1 : -INFINITY;
@@ -256,9 +293,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
         const float m_new = fmaxf(m[nt][hh], mx);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        const float corr = exp2f(m[nt][hh] - m_use);
-        p0[hh] = exp2f(x0 - m_use);
-        p1[hh] = exp2f(x1 - m_use);
+        const float corr = exp2_approx(m[nt][hh] - m_use);
+        p0[hh] = exp2_approx(x0 - m_use);
+        p1[hh] = exp2_approx(x1 - m_use);
         l[nt][hh] = l[nt][hh] * corr + p0[hh] + p1[hh];
         m[nt][hh] = m_new;
         cr[hh] = corr;
@@ -269,13 +306,48 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
           o[nt][mt][0] *= cr[0], o[nt][mt][2] *= cr[0];
           o[nt][mt][1] *= cr[1], o[nt][mt][3] *= cr[1];
         }
+        if constexpr (VB) {
+          KVQ_UNROLL
+          for (int b = 0; b < NB2; ++b) ss[nt][b][0] *= cr[0], ss[nt][b][2] *= cr[0], ss[nt][b][1] *= cr[1], ss[nt][b][3] *= cr[1];
+          zz[nt][0] *= cr[0], zz[nt][1] *= cr[1];
+        }
       }
-      pb[nt][0] = movmatrix_trans(pack2<T>(p0[0], p0[1]));  // tokens 0-7:  (row g, tokens 2i, 2i+1)
-      pb[nt][1] = movmatrix_trans(pack2<T>(p1[0], p1[1]));  // tokens 8-15
+      pb[nt][0] = movmatrix_trans(pack2<PT>(p0[0], p0[1]));  // tokens 0-7:  (row g, tokens 2i, 2i+1)
+      pb[nt][1] = movmatrix_trans(pack2<PT>(p1[0], p1[1]));  // tokens 8-15
     }
 
     // ---- values: O^T += V_tile^T . P^T ----
-    {
+    if constexpr (VB) {
+      typename Tile::VBlockPair v0, v1;
+      Tile::load_v_blocked(tile, i, g, v0);
+      Tile::load_v_blocked(tile, i + 4, g, v1);
+      uint32_t pp[NT][NB][2];  // P'_B = P s_B: (row g, tokens 2i, 2i+1) and (tokens 2i+8, 2i+9)
+      KVQ_UNROLL
+      for (int B = 0; B < NB; ++B) {
+        const uint32_t s0 = Tile::v_block_params(tile, i, B, 0), s1 = Tile::v_block_params(tile, i + 4, B, 0);
+        KVQ_UNROLL
+        for (int nt = 0; nt < NT; ++nt) pp[nt][B][0] = hmul2<fp16>(pb[nt][0], s0), pp[nt][B][1] = hmul2<fp16>(pb[nt][1], s1);
+      }
+      KVQ_UNROLL
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint32_t va[4] = {Tile::v_pair_blocked(v0, 2 * mt, vrot), Tile::v_pair_blocked(v0, 2 * mt + 1, vrot),
+                                Tile::v_pair_blocked(v1, 2 * mt, vrot), Tile::v_pair_blocked(v1, 2 * mt + 1, vrot)};
+        KVQ_UNROLL
+        for (int nt = 0; nt < NT; ++nt)
+          if (NT == 1 || nt < active_nt) mma16816<fp16>(o[nt][mt], va, pp[nt][mt / 2][0], pp[nt][mt / 2][1]);
+      }
+      // Running sums: ZZ_B (row B = lane g's block, its zero points) and SS_B (ones).
+      const uint32_t z0 = g < NB ? Tile::v_block_params(tile, i, g, 1) : 0u;
+      const uint32_t z1 = g < NB ? Tile::v_block_params(tile, i + 4, g, 1) : 0u;
+      const uint32_t za[4] = {z0, 0u, z1, 0u};
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt) {
+        if (NT > 1 && nt >= active_nt) break;
+        mma16816<fp16>(zz[nt], za, pb[nt][0], pb[nt][1]);
+        KVQ_UNROLL
+        for (int B = 0; B < NB; ++B) mma16816<fp16>(ss[nt][B / 2], B % 2 ? ones_hi : ones_lo, pp[nt][B][0], pp[nt][B][1]);
+      }
+    } else {
       typename Tile::VPair v0, v1;
       Tile::load_v(tile, i, g, v0);
       Tile::load_v(tile, i + 4, g, v1);
@@ -285,13 +357,29 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
                                 Tile::v_pair(v1, 2 * mt + 1)};
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt)
-          if (nt < active_nt) mma16816<T>(o[nt][mt], va, pb[nt][0], pb[nt][1]);
+          if (NT == 1 || nt < active_nt) mma16816<T>(o[nt][mt], va, pb[nt][0], pb[nt][1]);
       }
     }
     __syncwarp();
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
+
+  if constexpr (VB) {  // O = A - offset SS_B + ZZ_B (ZZ_B from lane (B, i))
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt)
+      KVQ_UNROLL
+      for (int hh = 0; hh < 2; ++hh)
+        KVQ_UNROLL
+        for (int B = 0; B < NB; ++B) {
+          const float zb = __shfl_sync(0xffffffffu, zz[nt][hh], 4 * B + i), sb = ss[nt][B / 2][2 * (B % 2) + hh];
+          KVQ_UNROLL
+          for (int mt = 2 * B; mt < 2 * B + 2; ++mt) {
+            o[nt][mt][hh] += zb - Tile::v_offset(2 * mt) * sb;
+            o[nt][mt][2 + hh] += zb - Tile::v_offset(2 * mt + 1) * sb;
+          }
+        }
+  }
 
   // ---- combine the warps, write the split's partial state ----
   float* red_o = reinterpret_cast<float*>(smem + L::q_bytes);  // [warp][ROWS][D]

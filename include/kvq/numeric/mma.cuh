@@ -100,6 +100,22 @@ KVQ_DEVICE void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uin
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// fp16(a * b - hi) per half, for hi = fp16(a * b) (fp16 pairs): the rounding residual of an fp16
+// product, so that hi + lo carries a * b to ~22 bits (the fp32 product of two fp16 values is exact).
+KVQ_DEVICE uint32_t fp16_pair_product_residual(uint32_t a, uint32_t b, uint32_t hi) {
+  auto lo_half = [](uint32_t x) { return f16_to_f32(uint16_t(x & 0xFFFFu)); };
+  auto hi_half = [](uint32_t x) { return f16_to_f32(uint16_t(x >> 16)); };
+  return pack2<fp16>(fmaf(lo_half(a), lo_half(b), -lo_half(hi)), fmaf(hi_half(a), hi_half(b), -hi_half(hi)));
+}
+
+// 2^x by the special-function unit (ex2.approx.ftz: relative error ~2^-22, results below 2^-126
+// flushed to 0, 2^-inf = 0), without exp2f's range fix-ups.
+KVQ_DEVICE float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Transposes an 8 x 8 matrix of 16-bit values held as (row g, cols 2i..2i+1) per lane.
 KVQ_DEVICE uint32_t movmatrix_trans(uint32_t x) {
   uint32_t d;
