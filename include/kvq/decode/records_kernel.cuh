@@ -57,8 +57,14 @@ struct RecordsSmem {
   static constexpr size_t bytes = q_bytes + (ring_bytes > red_bytes ? ring_bytes : red_bytes);
 };
 
+// CTAs per multiprocessor the single-row-tile kernel is compiled for (registers per thread at most
+// 65536 / (128 x this)); a tuning knob, measured in bench/NOTES.md.
+#ifndef KVQ_DECODE_RECORDS_MIN_CTAS
+#define KVQ_DECODE_RECORDS_MIN_CTAS 4
+#endif
+
 template <class Cfg, int NT>
-__global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
+__global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORDS_MIN_CTAS : 1) KVQ_HIDDEN
     decode_records_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
                           DecodeWorkspace ws, uint32_t* flags) {
   using T = typename Cfg::dtype;
@@ -217,8 +223,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
         for (int nt = 0; nt < NT; ++nt) {
           if (NT > 1 && nt >= active_nt) break;
           // bias = z . qh - offset . Q'': two mmas of stored fp16 values and exact fp16 operands
-          // (offsets are powers of two), so the bias is rounded only by the fp32 sums.
-          float zacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          // (offsets are powers of two), so the bias is rounded only by the fp32 sums. Four
+          // accumulators (zero points / offsets x even / odd k-steps): chains of KS/2 mmas.
+          float zacc[4][4] = {};
           KVQ_UNROLL
           for (int kk = 0; kk < KS; ++kk) {
             uint32_t qn[2], z[2];
@@ -233,16 +240,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
             const uint32_t za[4] = {z[0], z[0], z[1], z[1]};  // every row the zero points
             const uint32_t oa[4] = {Tile::k_neg_offset(2 * kk), Tile::k_neg_offset(2 * kk), Tile::k_neg_offset(2 * kk + 1),
                                     Tile::k_neg_offset(2 * kk + 1)};
-            mma16816<fp16>(zacc, za, qn[0], qn[1]);
-            mma16816<fp16>(zacc, oa, qb[nt][kk][0], qb[nt][kk][1]);
-            if constexpr (KSPLIT) mma16816<fp16>(zacc, oa, qlo[nt][kk][0], qlo[nt][kk][1]);
+            mma16816<fp16>(zacc[kk % 2], za, qn[0], qn[1]);
+            mma16816<fp16>(zacc[2 + kk % 2], oa, qb[nt][kk][0], qb[nt][kk][1]);
+            if constexpr (KSPLIT) mma16816<fp16>(zacc[2 + kk % 2], oa, qlo[nt][kk][0], qlo[nt][kk][1]);
           }
-          bias[nt][0] = zacc[0];
-          bias[nt][1] = zacc[1];
+          bias[nt][0] = (zacc[0][0] + zacc[1][0]) + (zacc[2][0] + zacc[3][0]);
+          bias[nt][1] = (zacc[0][1] + zacc[1][1]) + (zacc[2][1] + zacc[3][1]);
         }
       }
     }
-    float sacc[NT][4];
+    float sacc[NT][4], sacc2[NT][4];  // even / odd k-steps: two chains of KS/2 mmas
     {
       uint32_t k0[Tile::k_words], k1[Tile::k_words];
       Tile::load_k(tile, g, i, k0);
@@ -251,6 +258,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
       for (int nt = 0; nt < NT; ++nt) {
         sacc[nt][0] = sacc[nt][2] = bias[nt][0];
         sacc[nt][1] = sacc[nt][3] = bias[nt][1];
+        sacc2[nt][0] = sacc2[nt][1] = sacc2[nt][2] = sacc2[nt][3] = 0.0f;
       }
       KVQ_UNROLL
       for (int kk = 0; kk < KS; ++kk) {
@@ -259,10 +267,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt)
           if (NT == 1 || nt < active_nt) {
-            mma16816<KMma>(sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
-            if constexpr (KSPLIT) mma16816<fp16>(sacc[nt], ka, qlo[nt][kk][0], qlo[nt][kk][1]);
+            mma16816<KMma>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
+            if constexpr (KSPLIT) mma16816<fp16>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qlo[nt][kk][0], qlo[nt][kk][1]);
           }
       }
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
+        KVQ_UNROLL
+        for (int c = 0; c < 4; ++c) sacc[nt][c] += sacc2[nt][c];
       if constexpr (Tile::k_int8) {
         const float* ks = reinterpret_cast<const float*>(tile + Tile::kp);
         const float s0 = ks[g], s1 = ks[g + 8];
