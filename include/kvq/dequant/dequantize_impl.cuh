@@ -1,10 +1,13 @@
 // kvq/dequant/dequantize_impl.cuh - the dequantize kernel (include from one .cu per configuration).
 //
 // Grid (page, sequence, KV head); a block writes one page's tokens x head_dim channels of K and V.
-// A thread takes (token, 8 consecutive channels): it resolves the token's source once (token_ref),
-// decodes the 8 elements of a cold token with decode_record_chunk (each element through the
-// reference's scalar decode, so the bytes equal kvq::reference::dequantize_sequence's), copies a
-// hot token's, and writes them with one 16-byte store per tensor.
+// A thread takes (token, 8 consecutive channels) items: it decodes the 8 elements of a cold token
+// with decode_record_chunk (each element through the reference's scalar decode, so the bytes
+// equal kvq::reference::dequantize_sequence's), copies a hot token's, and writes them with one
+// 16-byte store per tensor. A full cold page (the common case) takes a branch-free path: one
+// block-table read per block, and each thread decodes up to 4 items before storing any, so their
+// loads overlap (a store between them would keep the compiler from hoisting the next item's
+// loads: the output might alias the cache).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +21,16 @@ namespace detail {
 
 constexpr int kDequantThreads = 256;
 constexpr int kDequantChunk = kDecodeChunk;  // channels per thread item: one 16-byte store
+
+// 8 floats as 8 T values in one 16-byte word.
+template <class T>
+KVQ_DEVICE uint4 pack_chunk(const float (&f)[kDequantChunk]) {
+  uint32_t w[kDequantChunk / 2];
+  KVQ_UNROLL
+  for (int e = 0; e < kDequantChunk; e += 2)
+    w[e / 2] = uint32_t(T::from_float_saturate(f[e]).bits) | uint32_t(T::from_float_saturate(f[e + 1]).bits) << 16;
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
 
 template <class Cfg>
 __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
@@ -53,9 +66,36 @@ __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
     return;
   }
   if (t0 >= s.len) return;
+  constexpr int chunks = D / kDequantChunk, items = P * chunks;
+  auto out_offset = [&](int idx) { return (size_t(cu_out[b] + t0 + idx / chunks) * v.num_kv_heads + h) * D + (idx % chunks) * kDequantChunk; };
+  if constexpr (items % kDequantThreads == 0) {
+    if (t0 + P <= s.cold && t0 + P <= s.len) {  // a full cold page: one record
+      constexpr int per_thread = items / kDequantThreads, batch = per_thread < 4 ? per_thread : 4;
+      const uint8_t* record =
+          v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + t0 / P], h, v.num_kv_heads, Cfg::record_bytes);
+      for (int i0 = 0; i0 < per_thread; i0 += batch) {
+        uint4 kq[batch], vq[batch];
+        KVQ_UNROLL
+        for (int j = 0; j < batch; ++j) {
+          const int idx = threadIdx.x + (i0 + j) * kDequantThreads;
+          float kf[kDequantChunk], vf[kDequantChunk];
+          decode_record_chunk<Cfg, Role::kKey>(record, idx / chunks, (idx % chunks) * kDequantChunk, kf);
+          decode_record_chunk<Cfg, Role::kValue>(record, idx / chunks, (idx % chunks) * kDequantChunk, vf);
+          kq[j] = pack_chunk<T>(kf);
+          vq[j] = pack_chunk<T>(vf);
+        }
+        KVQ_UNROLL
+        for (int j = 0; j < batch; ++j) {
+          const size_t o = out_offset(threadIdx.x + (i0 + j) * kDequantThreads);
+          *reinterpret_cast<uint4*>(k_out + o) = kq[j];
+          *reinterpret_cast<uint4*>(v_out + o) = vq[j];
+        }
+      }
+      return;
+    }
+  }
   AttentionBatch<T> none{};  // no new tokens: token_ref never reads them
-  constexpr int chunks = D / kDequantChunk;
-  for (int idx = threadIdx.x; idx < P * chunks; idx += blockDim.x) {
+  for (int idx = threadIdx.x; idx < items; idx += blockDim.x) {
     const int64_t t = t0 + idx / chunks;
     const int c0 = (idx % chunks) * kDequantChunk;
     if (t >= s.len) break;
@@ -71,15 +111,9 @@ __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
         vf[e] = token_value<Cfg>(ref, c0 + e);
       }
     }
-    uint32_t kw[kDequantChunk / 2], vw[kDequantChunk / 2];
-    KVQ_UNROLL
-    for (int e = 0; e < kDequantChunk; e += 2) {
-      kw[e / 2] = uint32_t(T::from_float_saturate(kf[e]).bits) | uint32_t(T::from_float_saturate(kf[e + 1]).bits) << 16;
-      vw[e / 2] = uint32_t(T::from_float_saturate(vf[e]).bits) | uint32_t(T::from_float_saturate(vf[e + 1]).bits) << 16;
-    }
-    const size_t o = (size_t(cu_out[b] + t) * v.num_kv_heads + h) * D + c0;
-    *reinterpret_cast<uint4*>(k_out + o) = make_uint4(kw[0], kw[1], kw[2], kw[3]);
-    *reinterpret_cast<uint4*>(v_out + o) = make_uint4(vw[0], vw[1], vw[2], vw[3]);
+    const size_t o = out_offset(idx);
+    *reinterpret_cast<uint4*>(k_out + o) = pack_chunk<T>(kf);
+    *reinterpret_cast<uint4*>(v_out + o) = pack_chunk<T>(vf);
   }
 }
 
