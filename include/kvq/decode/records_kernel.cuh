@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
 
   // Query operand: raw (INT8 / "none" keys) or, for INT2 / INT4 keys, q * scale in fp16 per key
   // group: Q'' = (q * 2^-e) * scale with the row's max |q| * 2^-e in [0.5, 1), so Q'' never
-  // exceeds the largest fp16 scale; then S = 2^e * (codes . Q'' + zero . (q * 2^-e)).
+  // exceeds the largest fp16 scale; then S = 2^e ((offset + code) . Q'' + zero . (q 2^-e) - offset . Q'').
   using KMma = typename Tile::KMma;
   constexpr int QH = L::qh_stride;
   // fp16 models, INT2/INT4 keys: Q'' = hi + lo (two fp16 parts; the key mma runs on both), so the
