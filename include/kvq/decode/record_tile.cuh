@@ -69,27 +69,41 @@ struct RecordTile {
   static constexpr int bytes = vp + v_param_bytes;
   static_assert(kp % 16 == 0 && vc % 16 == 0 && vp % 16 == 0 && bytes % 16 == 0, "tile parts are 16-byte chunks");
 
+  // Lane `lane`'s share of a part's 16-byte copies: chunks lane, lane + 32, ... `dst` (a
+  // shared-memory address) and `src` are already advanced by 16 * lane.
   template <int Bytes>
-  KVQ_DEVICE static void copy_part(uint8_t* dst, const uint8_t* src, int lane) {
+  KVQ_DEVICE static void copy_part(uint32_t dst, const uint8_t* src, int lane) {
     static_assert(Bytes % 16 == 0, "16-byte chunks");
-    for (int c = lane; c < Bytes / 16; c += 32) cp_async16(dst + 16 * c, src + 16 * c);
+    constexpr int n = Bytes / 16;
+    KVQ_UNROLL
+    for (int c = 0; c < n / 32; ++c) cp_async16(dst + 512 * c, src + 512 * c);
+    if constexpr (n % 32 != 0)
+      if (lane < n % 32) cp_async16(dst + 512 * (n / 32), src + 512 * (n / 32));
   }
 
-  // Issues the copies of tile t0 (token offset in the page, a multiple of 16) of `record`.
-  KVQ_DEVICE static void copy(uint8_t* dst, const uint8_t* record, int t0, int lane) {
+  // Issues lane `lane`'s copies of tile t0 (token offset in the page, a multiple of 16) of a
+  // record. dst: the stage's shared-memory address + 16 * lane; rec: the record + 16 * lane.
+  // With t0 a compile-time constant every address is a register plus an immediate.
+  KVQ_DEVICE static void copy(uint32_t dst, const uint8_t* rec, int t0, int lane) {
     constexpr RecordOffsets o = Cfg::record;
-    copy_part<kTokens * k_row>(dst + kc, record + o.k_codes + size_t(t0) * k_row, lane);
+    copy_part<kTokens * k_row>(dst + kc, rec + o.k_codes + t0 * k_row, lane);
     if constexpr (k_asym) {
-      if (t0 % KQ::group == 0) copy_part<k_param_bytes>(dst + kp, record + o.k_params + size_t(t0 / KQ::group) * 4 * D, lane);
+      if (t0 % KQ::group == 0) copy_part<k_param_bytes>(dst + kp, rec + o.k_params + (t0 / KQ::group) * 4 * D, lane);
     } else if constexpr (k_int8) {
-      copy_part<k_param_bytes>(dst + kp, record + o.k_params + size_t(t0) * 4, lane);
+      copy_part<k_param_bytes>(dst + kp, rec + o.k_params + t0 * 4, lane);
     }
-    copy_part<kTokens * v_row>(dst + vc, record + o.v_codes + size_t(t0) * v_row, lane);
+    copy_part<kTokens * v_row>(dst + vc, rec + o.v_codes + t0 * v_row, lane);
     if constexpr (v_asym) {
-      copy_part<v_param_part>(dst + vp, record + o.v_params + size_t(t0) * v_groups * 2, lane);
-      copy_part<v_param_part>(dst + vp + v_param_part, record + o.v_params + size_t(P + t0) * v_groups * 2, lane);
+      constexpr int cpp = v_param_part / 16;  // chunks of the scales (then as many of the zero points)
+      if constexpr (2 * cpp <= 32) {          // one copy per lane: lanes cpp .. 2cpp-1 take the zero points
+        const int jump = lane >= cpp ? P * v_groups * 2 - v_param_part : 0;
+        if (lane < 2 * cpp) cp_async16(dst + vp, rec + o.v_params + t0 * v_groups * 2 + jump);
+      } else {
+        copy_part<v_param_part>(dst + vp, rec + o.v_params + t0 * v_groups * 2, lane);
+        copy_part<v_param_part>(dst + vp + v_param_part, rec + o.v_params + (P + t0) * v_groups * 2, lane);
+      }
     } else if constexpr (v_int8) {
-      copy_part<v_param_part>(dst + vp, record + o.v_params + size_t(t0) * 4, lane);
+      copy_part<v_param_part>(dst + vp, rec + o.v_params + t0 * 4, lane);
     }
   }
 
@@ -100,13 +114,15 @@ struct RecordTile {
   static constexpr int k_pairs_per_word = 16 / KQ::bits;  // "none": 1, INT8: 2, INT4: 4, INT2: 8
   static_assert(k_words * k_pairs_per_word == D / 8, "a lane holds D/8 channel pairs");
 
-  KVQ_DEVICE static int k_word_offset(int i, int w) {
+  KVQ_HD_CONSTEXPR static int k_word_offset_c(int i, int w) {
     return k_chunked ? (i + 4 * (w / 4)) * 16 + 4 * (w % 4) : i * k_share + 4 * w;
   }
-  // Channel of lane i's pair j (j = 2 * kstep + half).
-  KVQ_DEVICE static int k_channel(int i, int j) {
-    return k_word_offset(i, j / k_pairs_per_word) * 8 / KQ::bits + 2 * (j % k_pairs_per_word);
+  KVQ_HD_CONSTEXPR static int k_channel_c(int i, int j) {
+    return k_word_offset_c(i, j / k_pairs_per_word) * 8 / KQ::bits + 2 * (j % k_pairs_per_word);
   }
+  KVQ_DEVICE static int k_word_offset(int i, int w) { return k_word_offset_c(i, w); }
+  // Channel of lane i's pair j (j = 2 * kstep + half).
+  KVQ_DEVICE static int k_channel(int i, int j) { return k_channel_c(i, j); }
 
   template <int N>
   KVQ_DEVICE static void load_words(const uint8_t* p, uint32_t (&w)[N]) {
@@ -170,10 +186,40 @@ struct RecordTile {
       return x;
     }
   }
-  // -offset of pair j (both halves), for the key bias: the A operand of -offset . Q''.
-  KVQ_DEVICE static uint32_t k_neg_offset(int j) {
-    return offset_code_neg_offset_pair<KQ::bits>(KQ::bits * (j % k_pairs_per_word));
+  // Lane i's 2 * D/16 key-parameter pairs (scales or zero points of its channels, fp16), in pair
+  // order j (pair j covers channels k_channel(i, j) and +1): 16-byte loads where the lane's pairs
+  // run in aligned fours (every layout but the chunked ones).
+  KVQ_HD_CONSTEXPR static bool k_param_runs4() {
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < D / 8; ++j)
+        if (k_channel_c(i, j) / 2 != k_channel_c(i, j - j % 4) / 2 + j % 4 || k_channel_c(i, j - j % 4) / 2 % 4 != 0) return false;
+    return true;
   }
+  KVQ_DEVICE static void load_k_param_pairs(const uint8_t* params, int i, uint32_t (&w)[D / 8]) {
+    const uint32_t* p = reinterpret_cast<const uint32_t*>(params);
+    if constexpr (k_param_runs4()) {
+      KVQ_UNROLL
+      for (int r = 0; r < D / 32; ++r) {
+        const uint4 x = *reinterpret_cast<const uint4*>(p + k_channel(i, 4 * r) / 2);
+        w[4 * r] = x.x, w[4 * r + 1] = x.y, w[4 * r + 2] = x.z, w[4 * r + 3] = x.w;
+      }
+    } else {
+      KVQ_UNROLL
+      for (int j = 0; j < D / 8; ++j) w[j] = p[k_channel(i, j) / 2];
+    }
+  }
+  // -offset of pair j (both halves), for the key bias: the A operand of -offset . Q''. The same for
+  // every k-step (pairs 2kk and 2kk + 1 sit at the same bits of their words), so one quad
+  // {k_neg_offset(0) x 2, k_neg_offset(1) x 2} serves all of them.
+  KVQ_HD_CONSTEXPR static uint32_t k_neg_offset(int j) {
+    return k_asym ? offset_code_neg_offset_pair<(k_asym ? KQ::bits : 2)>(KQ::bits * (j % k_pairs_per_word)) : 0u;
+  }
+  KVQ_HD_CONSTEXPR static bool k_offsets_per_kstep_uniform() {
+    for (int kk = 0; kk < D / 16; ++kk)
+      if (k_neg_offset(2 * kk) != k_neg_offset(0) || k_neg_offset(2 * kk + 1) != k_neg_offset(1)) return false;
+    return true;
+  }
+  static_assert(!k_asym || k_offsets_per_kstep_uniform(), "one key-offset quad serves every k-step");
 
   // ---- V operand ----
   static constexpr bool v_packed = v_asym;
@@ -266,6 +312,24 @@ struct RecordTile {
   }
   // The offset list index u carries (the same for every lane).
   KVQ_DEVICE static float v_offset(int u) { return float(offset_code_offset<VQ::bits>(VQ::bits * (u % 4))); }
+  // Scales of every block for tokens (2p, 2p+1), as fp16 pairs: each token's row of group scales
+  // is read whole (one load of v_groups * 2 bytes), then one byte permute per block.
+  KVQ_DEVICE static void v_block_scales(const uint8_t* tile, int p, uint32_t (&s)[v_blocks]) {
+    if constexpr (v_groups >= 2) {
+      constexpr int N = v_groups / 2;
+      uint32_t a[N], b[N];
+      load_words(tile + vp + (2 * p) * v_groups * 2, a);
+      load_words(tile + vp + (2 * p + 1) * v_groups * 2, b);
+      KVQ_UNROLL
+      for (int B = 0; B < v_blocks; ++B) {
+        const int G = 32 * B / VQ::group;
+        s[B] = __byte_perm(a[G / 2], b[G / 2], G % 2 ? 0x7632u : 0x5410u);
+      }
+    } else {
+      KVQ_UNROLL
+      for (int B = 0; B < v_blocks; ++B) s[B] = v_block_params(tile, p, B, 0);
+    }
+  }
   // Scale (which 0) or zero point (which 1) of block B for tokens (2p, 2p+1), as an fp16 pair.
   KVQ_DEVICE static uint32_t v_block_params(const uint8_t* tile, int p, int B, int which) {
     const uint16_t* prm = reinterpret_cast<const uint16_t*>(tile + vp) + which * kTokens * v_groups;

@@ -44,14 +44,21 @@ struct RecordsSmem {
   using Tile = RecordTile<Cfg>;
   static constexpr int rows = 8 * NT;
   static constexpr int D = Cfg::head_dim;
-  // ~8 KB of stages per warp (at least 2): 4 x 1.75 KB for INT2 at D 128, 2 x 8 KB for "none".
-  static constexpr int stages = 8192 / Tile::bytes < 2 ? 2 : 8192 / Tile::bytes > 6 ? 6 : 8192 / Tile::bytes;
-  static constexpr int qh_stride = D / 2 + 1;  // words per row of qh (+1: fewer bank conflicts)
-  // qs: [rows][D] fp32 queries; qh: [rows][qh_stride] fp16 pairs of q * 2^-e (row max in
-  // [0.5, 1)), row_down: [rows] 2^e (qh and row_down for INT2 / INT4 keys only).
+  // Ring stages per warp: 4 when they fit in 16 KB (INT2/INT4 up to D 128, INT2 at D 256), else 2.
+  // A power of two, so that the kernel's unrolled loop can give each tile a constant slot.
+  static constexpr int stages = 4 * Tile::bytes <= 16384 ? 4 : 2;
+  // qs: [rows][D] fp32 queries. INT2 / INT4 keys also: qz, the fp16 pairs of q * 2^-e (row max in
+  // [0.5, 1)) in the A-fragment order of the key-bias mma, [rows / 8][32 lanes][qz_stride] words
+  // (lane (g, i): row 8 nt + g, its D/8 channel pairs as D/32 quads, 4 words of padding so a
+  // quarter-warp's 16-byte loads hit distinct banks); row_down: [rows] 2^e.
+  static constexpr int qz_stride = D / 8 + 4;
   static constexpr size_t qs_bytes = size_t(rows) * D * 4;
-  static constexpr size_t qh_bytes = size_t(rows) * qh_stride * 4;
-  static constexpr size_t q_bytes = align16(qs_bytes + qh_bytes + size_t(rows) * 4);
+  static constexpr size_t qz_bytes = size_t(rows / 8) * 32 * qz_stride * 4;
+  // consts: 3 quads of mma A operands the loop reuses (SS ones in rows 0-7, in rows 8-15, key
+  // offsets), read back from shared memory so that ptxas keeps them in registers instead of
+  // rebuilding the immediates before every mma.
+  static constexpr size_t consts_offset = align16(qs_bytes + qz_bytes + size_t(rows) * 4);
+  static constexpr size_t q_bytes = consts_offset + 48;
   static constexpr size_t ring_bytes = size_t(kDecodeWarps) * stages * Tile::bytes;
   static constexpr size_t red_bytes = size_t(kDecodeWarps) * rows * (D + 2) * 4;
   static constexpr size_t bytes = q_bytes + (ring_bytes > red_bytes ? ring_bytes : red_bytes);
@@ -74,8 +81,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   constexpr int TPP = P / 16;  // tiles per page
   extern __shared__ __align__(16) uint8_t smem[];
   float* qs = reinterpret_cast<float*>(smem);                       // [ROWS][D]
-  uint32_t* qh = reinterpret_cast<uint32_t*>(smem + L::qs_bytes);    // [ROWS][qh_stride]
-  float* row_down = reinterpret_cast<float*>(smem + L::qs_bytes + L::qh_bytes);
+  uint32_t* qz = reinterpret_cast<uint32_t*>(smem + L::qs_bytes);    // [NT][32][qz_stride]
+  float* row_down = reinterpret_cast<float*>(smem + L::qs_bytes + L::qz_bytes);
   __shared__ SeqAttention s;
   __shared__ int bad;
 
@@ -110,7 +117,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   // group: Q'' = (q * 2^-e) * scale with the row's max |q| * 2^-e in [0.5, 1), so Q'' never
   // exceeds the largest fp16 scale; then S = 2^e ((offset + code) . Q'' + zero . (q 2^-e) - offset . Q'').
   using KMma = typename Tile::KMma;
-  constexpr int QH = L::qh_stride;
+  constexpr int QZ = L::qz_stride;
   // fp16 models, INT2/INT4 keys: Q'' = hi + lo (two fp16 parts; the key mma runs on both), so the
   // query operand carries no rounding beyond fp16's q (a single fp16 Q'' moves every logit of a key
   // group by the same per-channel relative error, which the naive fp16 attention does not have).
@@ -127,7 +134,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
       frexpf(mx, &ex);
       if (!(mx > 0.0f && mx < INFINITY)) ex = 0;
       const float up = ldexpf(1.0f, -ex);
-      for (int c = 2 * lane; c < D; c += 64) qh[r * QH + c / 2] = pack2<fp16>(qs[r * D + c] * up, qs[r * D + c + 1] * up);
+      // qz in fragment order (L::qz_bytes): lane (r % 8, ii)'s quad kp = its pairs 4kp, 4kp+2, 4kp+1, 4kp+3.
+      for (int x = lane; x < 4 * 2 * KS; x += 32) {
+        const int ii = x / (2 * KS), j = x % (2 * KS), c = Tile::k_channel(ii, j), e = j % 4;
+        qz[((r / 8) * 32 + (r % 8) * 4 + ii) * QZ + 4 * (j / 4) + 2 * (e & 1) + (e >> 1)] =
+            pack2<fp16>(qs[r * D + c] * up, qs[r * D + c + 1] * up);
+      }
       if (lane == 0) row_down[r] = ldexpf(1.0f, ex);
     }
     __syncthreads();
@@ -164,8 +176,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   }
   int vrot[Tile::v_rots];
   if constexpr (VB) Tile::v_rotations(g, vrot);
-  constexpr uint32_t one = Half2Consts<fp16>::one;
-  const uint32_t ones_lo[4] = {one, 0u, one, 0u}, ones_hi[4] = {0u, one, 0u, one};  // A of SS (rows 0-7, 8-15)
+  uint32_t ones_lo[4], ones_hi[4], koff[4];  // A of SS (rows 0-7, rows 8-15); -offsets of the key pairs
+  {
+    uint32_t* cw = reinterpret_cast<uint32_t*>(smem + L::consts_offset);
+    __syncthreads();  // every warp has read qs (the writes below do not overlap it, the reads after do not race)
+    if (threadIdx.x < 12) {
+      constexpr uint32_t one = Half2Consts<fp16>::one;
+      const int q = threadIdx.x / 4, e = threadIdx.x % 4;
+      cw[threadIdx.x] = q == 0 ? (e % 2 ? 0u : one) : q == 1 ? (e % 2 ? one : 0u) : Tile::k_neg_offset(e / 2);
+    }
+    __syncthreads();
+    KVQ_UNROLL
+    for (int e = 0; e < 4; ++e) ones_lo[e] = cw[e], ones_hi[e] = cw[4 + e], koff[e] = cw[8 + e];
+  }
   // Logits in log2 units: x = S pre (pre = 2^e softmax_scale log2(e)), or with a softcap
   // x = softcap log2(e) tanh(S pre) (pre = 2^e softmax_scale / softcap).
   const bool capped = a.softcap > 0.0f;
@@ -177,169 +200,144 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     for (int hh = 0; hh < 2; ++hh)
       pre[nt][hh] = unscale[nt][hh] * (capped ? a.softmax_scale / a.softcap : a.softmax_scale * 1.4426950408889634f);
   const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
-  uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
+
+  // ---- the warp's tiles ----
   // The warp's pages are pages 0, 4, 8, ... of the split counted from `base` (its first token);
-  // tile n is tile n % TPP of page n / TPP. Offsets from base fit 32 bits (a split is below 2^31
-  // tokens), so the loop does no 64-bit arithmetic except once per page.
+  // tile n is tile n % TPP of the warp's page n / TPP. Offsets from base fit 32 bits (a split is
+  // below 2^31 tokens), so the loop does no 64-bit arithmetic except once per page.
+  // The loop runs in macro-iterations of U = S tiles, fully unrolled, so a tile's ring slot and,
+  // when a macro-iteration covers whole pages (U >= TPP), its place in the page are compile-time
+  // constants: every copy address is a register plus an immediate. Within a macro-iteration the
+  // tiles go in steps of W (2 when the ring has 4 stages): one online-softmax update per step.
+  constexpr int U = S, W = (S == 4 && TPP >= 2) ? 2 : 1;
+  constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per macro-iteration
+  constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
   const int64_t base = (start / P + warp) * P;
   const int rel_end = end > base ? int(end - base) : 0;
-  int ntiles = 0;
+  int ntiles = 0, npages = 0;
   if (rel_end > 0) {
     const int kmax = (rel_end - 1) / P / 4;  // the warp's last page
     const int left = rel_end - 4 * kmax * P;
     ntiles = kmax * TPP + ((left < P ? left : P) + 15) / 16;
+    npages = kmax + 1;
   }
-  auto tile_offset = [&](int n) { return 4 * P * (n / TPP) + 16 * (n % TPP); };
-  const uint8_t* issue_record = nullptr;  // the record of the page being issued
-  auto issue = [&](int n) {
-    if (n < ntiles) {
-      if (n % TPP == 0) {
-        const int64_t page = base / P + 4 * (n / TPP);
-        issue_record =
-            page * P < s.cold
-                ? v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + page], h, v.num_kv_heads, Cfg::record_bytes)
-                : transition + record_offset(page - s.cold / P, h, v.num_kv_heads, Cfg::record_bytes);
-      }
-      Tile::copy(ring + (n % S) * Tile::bytes, issue_record, 16 * (n % TPP), lane);
-    }
+  const int nmacro = (ntiles + U - 1) / U;
+  // Record (+ 16 * lane) of the warp's page kp; null past the warp's last page (never copied).
+  auto page_record = [&](int kp) -> const uint8_t* {
+    if (kp >= npages) return nullptr;
+    const int64_t page = base / P + 4 * kp;
+    const uint8_t* r = page * P < s.cold
+                           ? v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + page], h, v.num_kv_heads, Cfg::record_bytes)
+                           : transition + record_offset(page - s.cold / P, h, v.num_kv_heads, Cfg::record_bytes);
+    return r + 16 * lane;
+  };
+  // Records of macro-iteration mm's pages.
+  auto macro_records = [&](int mm, const uint8_t* (&r)[NPM]) {
+    KVQ_UNROLL
+    for (int q = 0; q < NPM; ++q) r[q] = page_record(U >= TPP ? mm * NPM + q : mm / MPP);
+  };
+  // Tile-in-page of tile t of macro-iteration mm (a constant when U >= TPP).
+  auto tile_in_page = [&](int mm, int t) { return U >= TPP ? t % TPP : (mm % MPP) * U + t; };
+  uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
+  const uint32_t ring_lane = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + 16 * lane;
+  auto issue = [&](const uint8_t* const (&r)[NPM], int mm, int t) {  // tile t of macro-iteration mm
+    const uint8_t* rec = r[U >= TPP ? t / TPP : 0];
+    if (rec) Tile::copy(ring_lane + t * Tile::bytes, rec, 16 * tile_in_page(mm, t), lane);
     cp_async_commit();
   };
 
-  KVQ_UNROLL
-  for (int n = 0; n < S - 1; ++n) issue(n);
-  for (int n = 0; n < ntiles; ++n) {
-    issue(n + S - 1);
-    cp_async_wait<S - 1>();
-    __syncwarp();
-    const uint8_t* tile = ring + (n % S) * Tile::bytes;
-    const int rel0 = tile_offset(n);  // the tile's first token - base
-
-    // ---- keys: S^T = K_tile . Q^T ----
-    if constexpr (Tile::k_asym) {
-      if (16 * (n % TPP) % Tile::KQ::group == 0) {  // new key group: Q'' = qh * scale, bias = z . qh - offset . Q
-        const uint32_t* ksc = reinterpret_cast<const uint32_t*>(tile + Tile::kp);  // fp16 pairs
-        const uint32_t* kze = ksc + D / 2;
-        KVQ_UNROLL
-        for (int nt = 0; nt < NT; ++nt) {
-          if (NT > 1 && nt >= active_nt) break;
-          // bias = z . qh - offset . Q'': two mmas of stored fp16 values and exact fp16 operands
-          // (offsets are powers of two), so the bias is rounded only by the fp32 sums. Four
-          // accumulators (zero points / offsets x even / odd k-steps): chains of KS/2 mmas.
-          float zacc[4][4] = {};
-          KVQ_UNROLL
-          for (int kk = 0; kk < KS; ++kk) {
-            uint32_t qn[2], z[2];
-            KVQ_UNROLL
-            for (int hh = 0; hh < 2; ++hh) {
-              const int c2 = Tile::k_channel(i, 2 * kk + hh) / 2;
-              qn[hh] = qh[(nt * 8 + g) * QH + c2];
-              z[hh] = kze[c2];
-              qb[nt][kk][hh] = hmul2<fp16>(qn[hh], ksc[c2]);
-              if constexpr (KSPLIT) qlo[nt][kk][hh] = fp16_pair_product_residual(qn[hh], ksc[c2], qb[nt][kk][hh]);
-            }
-            const uint32_t za[4] = {z[0], z[0], z[1], z[1]};  // every row the zero points
-            const uint32_t oa[4] = {Tile::k_neg_offset(2 * kk), Tile::k_neg_offset(2 * kk), Tile::k_neg_offset(2 * kk + 1),
-                                    Tile::k_neg_offset(2 * kk + 1)};
-            mma16816<fp16>(zacc[kk % 2], za, qn[0], qn[1]);
-            mma16816<fp16>(zacc[2 + kk % 2], oa, qb[nt][kk][0], qb[nt][kk][1]);
-            if constexpr (KSPLIT) mma16816<fp16>(zacc[2 + kk % 2], oa, qlo[nt][kk][0], qlo[nt][kk][1]);
-          }
-          bias[nt][0] = (zacc[0][0] + zacc[1][0]) + (zacc[2][0] + zacc[3][0]);
-          bias[nt][1] = (zacc[0][1] + zacc[1][1]) + (zacc[2][1] + zacc[3][1]);
-        }
-      }
-    }
-    float sacc[NT][4], sacc2[NT][4];  // even / odd k-steps: two chains of KS/2 mmas
-    {
-      uint32_t k0[Tile::k_words], k1[Tile::k_words];
-      Tile::load_k(tile, g, i, k0);
-      Tile::load_k(tile, g + 8, i, k1);
-      KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt) {
-        sacc[nt][0] = sacc[nt][2] = bias[nt][0];
-        sacc[nt][1] = sacc[nt][3] = bias[nt][1];
-        sacc2[nt][0] = sacc2[nt][1] = sacc2[nt][2] = sacc2[nt][3] = 0.0f;
-      }
-      KVQ_UNROLL
-      for (int kk = 0; kk < KS; ++kk) {
-        const uint32_t ka[4] = {Tile::k_pair(k0, 2 * kk), Tile::k_pair(k1, 2 * kk), Tile::k_pair(k0, 2 * kk + 1),
-                                Tile::k_pair(k1, 2 * kk + 1)};
-        KVQ_UNROLL
-        for (int nt = 0; nt < NT; ++nt)
-          if (NT == 1 || nt < active_nt) {
-            mma16816<KMma>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
-            if constexpr (KSPLIT) mma16816<fp16>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qlo[nt][kk][0], qlo[nt][kk][1]);
-          }
-      }
-      KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
-        KVQ_UNROLL
-        for (int c = 0; c < 4; ++c) sacc[nt][c] += sacc2[nt][c];
-      if constexpr (Tile::k_int8) {
-        const float* ks = reinterpret_cast<const float*>(tile + Tile::kp);
-        const float s0 = ks[g], s1 = ks[g + 8];
-        KVQ_UNROLL
-        for (int nt = 0; nt < NT; ++nt) sacc[nt][0] *= s0, sacc[nt][1] *= s0, sacc[nt][2] *= s1, sacc[nt][3] *= s1;
-      }
-    }
-
-    // ---- online softmax; P^T as the B operand of the value mma (fp16 for blocked values) ----
-    using PT = std::conditional_t<VB, fp16, T>;
-    const bool ok0 = rel0 + g < rel_end, ok1 = rel0 + g + 8 < rel_end;
-    uint32_t pb[NT][2];
+  // Key bias of a new key group (INT2/INT4 keys) and Q'' = (q 2^-e) * scale for its tiles:
+  //   bias = zero . (q 2^-e) - offset . Q''
+  // zero . (q 2^-e): one mma per k-step with the queries as A (rows = heads, qz quads straight from
+  //   shared memory) and the zero points as B (every column the same); even k-steps accumulate in
+  //   rows g, odd ones in rows g + 8 (the quad's other pairs), then a shuffle brings head 2i + hh's
+  //   sum to the S^T layout. -offset . Q'': one mma per k-step with the constant offsets as A
+  //   (every row the same) against Q'' as B, already in the S^T layout.
+  // Both mmas take exact fp16 operands, so the bias is rounded only by the fp32 sums.
+  auto group_bias = [&](const uint8_t* tile) {
+    uint32_t sp[D / 8], zp[D / 8];
+    Tile::load_k_param_pairs(tile + Tile::kp, i, sp);
+    Tile::load_k_param_pairs(tile + Tile::kp + 2 * D, i, zp);
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
-      float p0[2], p1[2], cr[2];
+      if (NT > 1 && nt >= active_nt) break;
+      const uint4* qzl = reinterpret_cast<const uint4*>(qz + (nt * 32 + lane) * QZ);
+      float ze[4] = {}, zo[4] = {}, oe[4] = {}, oo[4] = {};
       KVQ_UNROLL
-      for (int hh = 0; hh < 2; ++hh) {
-        float x0 = sacc[nt][hh] * pre[nt][hh], x1 = sacc[nt][2 + hh] * pre[nt][hh];  // 2^e and the scale in one
-        if (capped) {
-          x0 = cap_log2 * tanhf(x0);
-          x1 = cap_log2 * tanhf(x1);
-        }
-        x0 = ok0 ? x0 : -INFINITY;
-        x1 = ok1 ? x1 : -INFINITY;
-        float mx = fmaxf(x0, x1);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float m_new = fmaxf(m[nt][hh], mx);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        const float corr = exp2_approx(m[nt][hh] - m_use);
-        p0[hh] = exp2_approx(x0 - m_use);
-        p1[hh] = exp2_approx(x1 - m_use);
-        l[nt][hh] = l[nt][hh] * corr + p0[hh] + p1[hh];
-        m[nt][hh] = m_new;
-        cr[hh] = corr;
-      }
-      if (__any_sync(0xffffffffu, cr[0] != 1.0f || cr[1] != 1.0f)) {  // the running max moved: rescale
+      for (int kp = 0; kp < KS / 2; ++kp) {
+        const uint4 x = qzl[kp];
+        const uint32_t qa[4] = {x.x, x.y, x.z, x.w};  // pairs 4kp, 4kp+2 | 4kp+1, 4kp+3
+        mma16816<fp16>(ze, qa, zp[4 * kp], zp[4 * kp + 1]);      // k-step 2kp: rows g
+        mma16816<fp16>(zo, qa, zp[4 * kp + 2], zp[4 * kp + 3]);  // k-step 2kp+1: rows g + 8
+        const uint32_t qn[4] = {qa[0], qa[2], qa[1], qa[3]};     // pairs 4kp .. 4kp+3
         KVQ_UNROLL
-        for (int mt = 0; mt < MT; ++mt) {
-          o[nt][mt][0] *= cr[0], o[nt][mt][2] *= cr[0];
-          o[nt][mt][1] *= cr[1], o[nt][mt][3] *= cr[1];
+        for (int e = 0; e < 4; ++e) {
+          uint32_t& hi = qb[nt][2 * kp + e / 2][e % 2];
+          hi = hmul2<fp16>(qn[e], sp[4 * kp + e]);
+          if constexpr (KSPLIT) qlo[nt][2 * kp + e / 2][e % 2] = fp16_pair_product_residual(qn[e], sp[4 * kp + e], hi);
         }
-        if constexpr (VB) {
-          KVQ_UNROLL
-          for (int b = 0; b < NB2; ++b) ss[nt][b][0] *= cr[0], ss[nt][b][2] *= cr[0], ss[nt][b][1] *= cr[1], ss[nt][b][3] *= cr[1];
-          zz[nt][0] *= cr[0], zz[nt][1] *= cr[1];
+        KVQ_UNROLL
+        for (int h2 = 0; h2 < 2; ++h2) {
+          const int kk = 2 * kp + h2;
+          mma16816<fp16>(h2 ? oo : oe, koff, qb[nt][kk][0], qb[nt][kk][1]);
+          if constexpr (KSPLIT) mma16816<fp16>(h2 ? oo : oe, koff, qlo[nt][kk][0], qlo[nt][kk][1]);
         }
       }
-      pb[nt][0] = movmatrix_trans(pack2<PT>(p0[0], p0[1]));  // tokens 0-7:  (row g, tokens 2i, 2i+1)
-      pb[nt][1] = movmatrix_trans(pack2<PT>(p1[0], p1[1]));  // tokens 8-15
+      const float zq = ze[0] + zo[2];  // head nt * 8 + g
+      bias[nt][0] = __shfl_sync(0xffffffffu, zq, 8 * i) + (oe[0] + oo[0]);
+      bias[nt][1] = __shfl_sync(0xffffffffu, zq, 8 * i + 4) + (oe[1] + oo[1]);
     }
+  };
 
-    // ---- values: O^T += V_tile^T . P^T ----
+  // S^T of one tile: sacc = bias + K_tile . Q''^T (INT2/INT4), K . Q^T * token scale (INT8) or K . Q^T.
+  auto tile_logits = [&](const uint8_t* tile, float (&sacc)[NT][4]) {
+    float sacc2[NT][4];  // odd k-steps: two chains of KS/2 mmas
+    uint32_t k0[Tile::k_words], k1[Tile::k_words];
+    Tile::load_k(tile, g, i, k0);
+    Tile::load_k(tile, g + 8, i, k1);
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
+      sacc[nt][0] = sacc[nt][2] = bias[nt][0];
+      sacc[nt][1] = sacc[nt][3] = bias[nt][1];
+      sacc2[nt][0] = sacc2[nt][1] = sacc2[nt][2] = sacc2[nt][3] = 0.0f;
+    }
+    KVQ_UNROLL
+    for (int kk = 0; kk < KS; ++kk) {
+      const uint32_t ka[4] = {Tile::k_pair(k0, 2 * kk), Tile::k_pair(k1, 2 * kk), Tile::k_pair(k0, 2 * kk + 1),
+                              Tile::k_pair(k1, 2 * kk + 1)};
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
+        if (NT == 1 || nt < active_nt) {
+          mma16816<KMma>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
+          if constexpr (KSPLIT) mma16816<fp16>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qlo[nt][kk][0], qlo[nt][kk][1]);
+        }
+    }
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt)
+      KVQ_UNROLL
+      for (int c = 0; c < 4; ++c) sacc[nt][c] += sacc2[nt][c];
+    if constexpr (Tile::k_int8) {
+      const float* ks = reinterpret_cast<const float*>(tile + Tile::kp);
+      const float s0 = ks[g], s1 = ks[g + 8];
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt) sacc[nt][0] *= s0, sacc[nt][1] *= s0, sacc[nt][2] *= s1, sacc[nt][3] *= s1;
+    }
+  };
+
+  // O^T += V_tile^T . P^T for one tile (pb: P^T as B, fp16 for blocked values).
+  auto tile_values = [&](const uint8_t* tile, const uint32_t (&pb)[NT][2]) {
     if constexpr (VB) {
       typename Tile::VBlockPair v0, v1;
       Tile::load_v_blocked(tile, i, g, v0);
       Tile::load_v_blocked(tile, i + 4, g, v1);
       uint32_t pp[NT][NB][2];  // P'_B = P s_B: (row g, tokens 2i, 2i+1) and (tokens 2i+8, 2i+9)
+      uint32_t s0[NB], s1[NB];
+      Tile::v_block_scales(tile, i, s0);
+      Tile::v_block_scales(tile, i + 4, s1);
       KVQ_UNROLL
-      for (int B = 0; B < NB; ++B) {
-        const uint32_t s0 = Tile::v_block_params(tile, i, B, 0), s1 = Tile::v_block_params(tile, i + 4, B, 0);
+      for (int B = 0; B < NB; ++B)
         KVQ_UNROLL
-        for (int nt = 0; nt < NT; ++nt) pp[nt][B][0] = hmul2<fp16>(pb[nt][0], s0), pp[nt][B][1] = hmul2<fp16>(pb[nt][1], s1);
-      }
+        for (int nt = 0; nt < NT; ++nt) pp[nt][B][0] = hmul2<fp16>(pb[nt][0], s0[B]), pp[nt][B][1] = hmul2<fp16>(pb[nt][1], s1[B]);
       KVQ_UNROLL
       for (int mt = 0; mt < MT; ++mt) {
         const uint32_t va[4] = {Tile::v_pair_blocked(v0, 2 * mt, vrot), Tile::v_pair_blocked(v0, 2 * mt + 1, vrot),
@@ -372,7 +370,100 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
           if (NT == 1 || nt < active_nt) mma16816<T>(o[nt][mt], va, pb[nt][0], pb[nt][1]);
       }
     }
-    __syncwarp();
+  };
+
+  // One step: W tiles starting at tile t of macro-iteration mm (their slots are t .. t + W - 1).
+  using PT = std::conditional_t<VB, fp16, T>;
+  auto step = [&](int mm, int t) {
+    float sacc[W][NT][4];
+    int rel0[W];
+    KVQ_UNROLL
+    for (int w = 0; w < W; ++w) {
+      const uint8_t* tile = ring + (t + w) * Tile::bytes;
+      const int tip = tile_in_page(mm, t + w);
+      rel0[w] = 4 * P * ((mm * U + t + w) / TPP) + 16 * tip;  // the tile's first token - base
+      if constexpr (Tile::k_asym)
+        if (16 * tip % Tile::KQ::group == 0) group_bias(tile);
+      tile_logits(tile, sacc[w]);
+    }
+    // ---- online softmax over the step's 16 W tokens; P^T as the B operand of the value mma ----
+    uint32_t pb[W][NT][2];
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
+      float p[W][2][2], cr[2];  // [tile][token g / g+8][row 2i + hh]
+      KVQ_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        float x[W][2], mx = -INFINITY;
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w)
+          KVQ_UNROLL
+          for (int u = 0; u < 2; ++u) {
+            float y = sacc[w][nt][2 * u + hh] * pre[nt][hh];  // 2^e and the scale in one
+            if (capped) y = cap_log2 * tanhf(y);
+            x[w][u] = rel0[w] + g + 8 * u < rel_end ? y : -INFINITY;
+            mx = fmaxf(mx, x[w][u]);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(m[nt][hh], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = exp2_approx(m[nt][hh] - m_use);
+        float sum = 0.0f;
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w)
+          KVQ_UNROLL
+          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(x[w][u] - m_use), sum += p[w][u][hh];
+        l[nt][hh] = l[nt][hh] * corr + sum;
+        m[nt][hh] = m_new;
+        cr[hh] = corr;
+      }
+      if (__any_sync(0xffffffffu, cr[0] != 1.0f || cr[1] != 1.0f)) {  // the running max moved: rescale
+        KVQ_UNROLL
+        for (int mt = 0; mt < MT; ++mt) {
+          o[nt][mt][0] *= cr[0], o[nt][mt][2] *= cr[0];
+          o[nt][mt][1] *= cr[1], o[nt][mt][3] *= cr[1];
+        }
+        if constexpr (VB) {
+          KVQ_UNROLL
+          for (int b = 0; b < NB2; ++b) ss[nt][b][0] *= cr[0], ss[nt][b][2] *= cr[0], ss[nt][b][1] *= cr[1], ss[nt][b][3] *= cr[1];
+          zz[nt][0] *= cr[0], zz[nt][1] *= cr[1];
+        }
+      }
+      KVQ_UNROLL
+      for (int w = 0; w < W; ++w) {
+        pb[w][nt][0] = movmatrix_trans(pack2<PT>(p[w][0][0], p[w][0][1]));  // tokens 0-7:  (row g, tokens 2i, 2i+1)
+        pb[w][nt][1] = movmatrix_trans(pack2<PT>(p[w][1][0], p[w][1][1]));  // tokens 8-15
+      }
+    }
+    KVQ_UNROLL
+    for (int w = 0; w < W; ++w) tile_values(ring + (t + w) * Tile::bytes, pb[w]);
+  };
+
+  const uint8_t* rec_cur[NPM];
+  const uint8_t* rec_next[NPM];
+  macro_records(0, rec_cur);
+  KVQ_UNROLL
+  for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
+  for (int mm = 0; mm < nmacro; ++mm) {
+    macro_records(mm + 1, rec_next);
+    KVQ_UNROLL
+    for (int t = 0; t < U; t += W) {
+      // Refill the slots the previous step read with the tiles S - W ahead.
+      KVQ_UNROLL
+      for (int w = 0; w < W; ++w) {
+        if (t - W + w >= 0)
+          issue(rec_next, mm + 1, t - W + w);
+        else
+          issue(rec_cur, mm, U + t - W + w);
+      }
+      cp_async_wait<S - W>();
+      __syncwarp();
+      if (mm * U + t < ntiles) step(mm, t);
+      __syncwarp();
+    }
+    KVQ_UNROLL
+    for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space

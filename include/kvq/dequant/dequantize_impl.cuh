@@ -5,8 +5,8 @@
 // with decode_record_chunk (each element through the reference's scalar decode, so the bytes
 // equal kvq::reference::dequantize_sequence's), copies a hot token's, and writes them with one
 // 16-byte store per tensor. A full cold page (the common case) takes a branch-free path: one
-// block-table read per block, and each thread decodes up to 4 items before storing any, so their
-// loads overlap (a store between them would keep the compiler from hoisting the next item's
+// block-table read per block, and each thread decodes a batch of items before storing any, so
+// their loads overlap (a store between them would keep the compiler from hoisting the next item's
 // loads: the output might alias the cache).
 #pragma once
 
@@ -19,7 +19,15 @@
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
-constexpr int kDequantThreads = 256;
+// Threads per block and items a thread decodes before storing any: tuning knobs, measured in
+// bench/NOTES.md (128 x batches of 4: each thread handles 8 items of a 64-token page at D 128).
+#ifndef KVQ_DEQUANT_THREADS
+#define KVQ_DEQUANT_THREADS 128
+#endif
+#ifndef KVQ_DEQUANT_BATCH
+#define KVQ_DEQUANT_BATCH 4
+#endif
+constexpr int kDequantThreads = KVQ_DEQUANT_THREADS;
 constexpr int kDequantChunk = kDecodeChunk;  // channels per thread item: one 16-byte store
 
 // 8 floats as 8 T values in one 16-byte word.
@@ -70,7 +78,9 @@ __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
   auto out_offset = [&](int idx) { return (size_t(cu_out[b] + t0 + idx / chunks) * v.num_kv_heads + h) * D + (idx % chunks) * kDequantChunk; };
   if constexpr (items % kDequantThreads == 0) {
     if (t0 + P <= s.cold && t0 + P <= s.len) {  // a full cold page: one record
-      constexpr int per_thread = items / kDequantThreads, batch = per_thread < 4 ? per_thread : 4;
+      constexpr int per_thread = items / kDequantThreads;
+      constexpr int batch = per_thread < KVQ_DEQUANT_BATCH ? per_thread : KVQ_DEQUANT_BATCH;
+      static_assert(per_thread % batch == 0, "whole batches of items");
       const uint8_t* record =
           v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + t0 / P], h, v.num_kv_heads, Cfg::record_bytes);
       for (int i0 = 0; i0 < per_thread; i0 += batch) {

@@ -142,9 +142,12 @@ KVQ_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
 }
 
 // 16-byte asynchronous global -> shared copy (L2 only) and its group fences.
+// 16-byte copy to a shared-memory address (the 32-bit .shared window, __cvta_generic_to_shared).
+KVQ_DEVICE void cp_async16(uint32_t smem_addr, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr), "l"(gmem) : "memory");
+}
 KVQ_DEVICE void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+  cp_async16(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), gmem);
 }
 KVQ_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
