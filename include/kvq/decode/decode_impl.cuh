@@ -154,16 +154,20 @@ __global__ void KVQ_HIDDEN decode_merge_kernel(AttentionBatch<typename Cfg::dtyp
   const int slots = splits + tails;
   const size_t row = size_t(s.q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;
   auto slot_of = [&](int k) { return size_t(k < splits ? k : plan.max_splits + (k - splits)); };
+  // Unrolled so that each thread has 8 slots' loads in flight (a batch-1 call has ~80 slots, and
+  // one dependent L2 round trip per slot made this kernel as long as the records kernel).
   float mx = -INFINITY;
+#pragma unroll 8
   for (int k = 0; k < slots; ++k) mx = fmaxf(mx, ws.stats[2 * (slot_of(k) * stride + row)]);
   float o = 0.0f, sum = 0.0f;
-  for (int k = 0; k < slots; ++k) {
+#pragma unroll 8
+  for (int k = 0; k < slots; ++k) {  // loads before the test, so that the unrolled loads overlap
     const size_t at = slot_of(k) * stride + row;
-    const float ms = ws.stats[2 * at];
-    if (ms == -INFINITY) continue;
+    const float ms = ws.stats[2 * at], ls = ws.stats[2 * at + 1], po = ws.partial[at * D + c];
+    if (ms == -INFINITY) continue;  // a slot without tokens (its partial output was never written)
     const float e = __expf(ms - mx);
-    o += ws.partial[at * D + c] * e;
-    sum += ws.stats[2 * at + 1] * e;
+    o += po * e;
+    sum += ls * e;
   }
   out[row * D + c] = T::from_float(o / sum);
 }

@@ -58,7 +58,7 @@ struct RecordsSmem {
   // offsets), read back from shared memory so that ptxas keeps them in registers instead of
   // rebuilding the immediates before every mma.
   static constexpr size_t consts_offset = align16(qs_bytes + qz_bytes + size_t(rows) * 4);
-  static constexpr size_t q_bytes = consts_offset + 48;
+  static constexpr size_t q_bytes = (consts_offset + 48 + 127) / 128 * 128;  // the rings start 128-byte aligned
   static constexpr size_t ring_bytes = size_t(kDecodeWarps) * stages * Tile::bytes;
   static constexpr size_t red_bytes = size_t(kDecodeWarps) * rows * (D + 2) * 4;
   static constexpr size_t bytes = q_bytes + (ring_bytes > red_bytes ? ring_bytes : red_bytes);
@@ -440,6 +440,27 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     for (int w = 0; w < W; ++w) tile_values(ring + (t + w) * Tile::bytes, pb[w]);
   };
 
+#ifdef KVQ_EXP_ROLLED_W1
+  if constexpr (W == 1) {  // experiment: v3's rolled loop around the same step
+    const uint8_t* rec = nullptr;
+    auto issue_n = [&](int n) {
+      if (n < ntiles) {
+        if (n % TPP == 0) rec = page_record(n / TPP);
+        Tile::copy(ring_lane + (n % S) * Tile::bytes, rec, 16 * (n % TPP), lane);
+      }
+      cp_async_commit();
+    };
+    for (int n = 0; n < S - 1; ++n) issue_n(n);
+    for (int n = 0; n < ntiles; ++n) {
+      issue_n(n + S - 1);
+      cp_async_wait<S - 1>();
+      __syncwarp();
+      step(n / U, n % U);
+      __syncwarp();
+    }
+  } else
+#endif
+  {
   const uint8_t* rec_cur[NPM];
   const uint8_t* rec_next[NPM];
   macro_records(0, rec_cur);
@@ -464,6 +485,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     }
     KVQ_UNROLL
     for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
+  }
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
