@@ -79,7 +79,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   using L = RecordsSmem<Cfg, NT>;
   constexpr int D = Cfg::head_dim, P = Cfg::page, ROWS = 8 * NT, KS = D / 16, MT = D / 16, S = L::stages;
   constexpr int TPP = P / 16;  // tiles per page
-  extern __shared__ __align__(16) uint8_t smem[];
+  // Its own name: an extern __shared__ array is one symbol per translation unit, and the prefill
+  // kernel's is 16-byte aligned. 128: q_bytes is a multiple of 128, so the rings start on a
+  // 128-byte line, and so does every stage where Tile::bytes is a multiple of 128 (all formats at
+  // D 128): a 512-byte cp.async row then fills 4 lines, not 5 (v4's unaligned rings made "none" 17 %
+  // slower, bench/NOTES.md).
+  extern __shared__ __align__(128) uint8_t records_smem[];
+  uint8_t* const smem = records_smem;
   float* qs = reinterpret_cast<float*>(smem);                       // [ROWS][D]
   uint32_t* qz = reinterpret_cast<uint32_t*>(smem + L::qs_bytes);    // [NT][32][qz_stride]
   float* row_down = reinterpret_cast<float*>(smem + L::qs_bytes + L::qz_bytes);
@@ -440,27 +446,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     for (int w = 0; w < W; ++w) tile_values(ring + (t + w) * Tile::bytes, pb[w]);
   };
 
-#ifdef KVQ_EXP_ROLLED_W1
-  if constexpr (W == 1) {  // experiment: v3's rolled loop around the same step
-    const uint8_t* rec = nullptr;
-    auto issue_n = [&](int n) {
-      if (n < ntiles) {
-        if (n % TPP == 0) rec = page_record(n / TPP);
-        Tile::copy(ring_lane + (n % S) * Tile::bytes, rec, 16 * (n % TPP), lane);
-      }
-      cp_async_commit();
-    };
-    for (int n = 0; n < S - 1; ++n) issue_n(n);
-    for (int n = 0; n < ntiles; ++n) {
-      issue_n(n + S - 1);
-      cp_async_wait<S - 1>();
-      __syncwarp();
-      step(n / U, n % U);
-      __syncwarp();
-    }
-  } else
-#endif
-  {
   const uint8_t* rec_cur[NPM];
   const uint8_t* rec_next[NPM];
   macro_records(0, rec_cur);
@@ -485,7 +470,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     }
     KVQ_UNROLL
     for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
-  }
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
