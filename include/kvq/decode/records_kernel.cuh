@@ -3,10 +3,12 @@
 //
 // CTA = (split, sequence, KV head x row tile). Its rows are up to 8 * NT query rows of one KV
 // head (GQA heads x new tokens), so every K/V byte of the split is read once for all of them.
-// Each of the 4 warps streams whole pages of the split (warp w takes pages w, w+4, ...), 16
-// tokens at a time, through its own ring of shared-memory stages filled by cp.async:
+// Each of the 4 warps streams whole pages of the split (warp w takes pages w, w+4, ...) in
+// 16-token tiles through its own ring of 2 or 4 shared-memory stages filled by cp.async, in
+// unrolled macro-iterations (constant slots and copy offsets) and steps of 2 tiles when the ring
+// has 4 stages:
 //   S^T (16 tokens x 8 rows)  = K_tile . Q^T     mma.m16n8k16, keys as A, fp32 accumulators
-//   online softmax per row (max over the 16 tokens by shuffles), P^T transposed by movmatrix
+//   online softmax per row over the step's tokens (max by shuffles), P^T transposed by movmatrix
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
 // Keys: INT2/INT4 codes enter an fp16 mma as exact (offset + code) pairs (a rotation shared by
 // two pairs and one LOP3, quant/offset_code.hpp); the per-channel scale is folded into the query
