@@ -154,8 +154,8 @@ __global__ void KVQ_HIDDEN decode_merge_kernel(AttentionBatch<typename Cfg::dtyp
   const int slots = splits + tails;
   const size_t row = size_t(s.q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;
   auto slot_of = [&](int k) { return size_t(k < splits ? k : plan.max_splits + (k - splits)); };
-  // Unrolled so that each thread has 8 slots' loads in flight (a batch-1 call has ~80 slots, and
-  // one dependent L2 round trip per slot made this kernel as long as the records kernel).
+  // Unrolled by 8 so that a thread can have several slots' loads in flight (a batch-1 call has ~80
+  // slots). Measured at a277733: no gain (batch-1 merge 25 -> 30 us; bench/NOTES.md).
   float mx = -INFINITY;
 #pragma unroll 8
   for (int k = 0; k < slots; ++k) mx = fmaxf(mx, ws.stats[2 * (slot_of(k) * stride + row)]);

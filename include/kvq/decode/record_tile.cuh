@@ -114,15 +114,13 @@ struct RecordTile {
   static constexpr int k_pairs_per_word = 16 / KQ::bits;  // "none": 1, INT8: 2, INT4: 4, INT2: 8
   static_assert(k_words * k_pairs_per_word == D / 8, "a lane holds D/8 channel pairs");
 
-  KVQ_HD_CONSTEXPR static int k_word_offset_c(int i, int w) {
+  KVQ_HD_CONSTEXPR static int k_word_offset(int i, int w) {
     return k_chunked ? (i + 4 * (w / 4)) * 16 + 4 * (w % 4) : i * k_share + 4 * w;
   }
-  KVQ_HD_CONSTEXPR static int k_channel_c(int i, int j) {
-    return k_word_offset_c(i, j / k_pairs_per_word) * 8 / KQ::bits + 2 * (j % k_pairs_per_word);
-  }
-  KVQ_DEVICE static int k_word_offset(int i, int w) { return k_word_offset_c(i, w); }
   // Channel of lane i's pair j (j = 2 * kstep + half).
-  KVQ_DEVICE static int k_channel(int i, int j) { return k_channel_c(i, j); }
+  KVQ_HD_CONSTEXPR static int k_channel(int i, int j) {
+    return k_word_offset(i, j / k_pairs_per_word) * 8 / KQ::bits + 2 * (j % k_pairs_per_word);
+  }
 
   template <int N>
   KVQ_DEVICE static void load_words(const uint8_t* p, uint32_t (&w)[N]) {
@@ -192,7 +190,7 @@ struct RecordTile {
   KVQ_HD_CONSTEXPR static bool k_param_runs4() {
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < D / 8; ++j)
-        if (k_channel_c(i, j) / 2 != k_channel_c(i, j - j % 4) / 2 + j % 4 || k_channel_c(i, j - j % 4) / 2 % 4 != 0) return false;
+        if (k_channel(i, j) / 2 != k_channel(i, j - j % 4) / 2 + j % 4 || k_channel(i, j - j % 4) / 2 % 4 != 0) return false;
     return true;
   }
   KVQ_DEVICE static void load_k_param_pairs(const uint8_t* params, int i, uint32_t (&w)[D / 8]) {

@@ -141,8 +141,8 @@ KVQ_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
                : "memory");
 }
 
-// 16-byte asynchronous global -> shared copy (L2 only) and its group fences.
-// 16-byte copy to a shared-memory address (the 32-bit .shared window, __cvta_generic_to_shared).
+// 16-byte asynchronous global -> shared copy (L2 only) and its group fences. The destination is a
+// shared-memory address (the 32-bit .shared window, __cvta_generic_to_shared) or a pointer.
 KVQ_DEVICE void cp_async16(uint32_t smem_addr, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr), "l"(gmem) : "memory");
 }
