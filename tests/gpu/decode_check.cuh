@@ -298,7 +298,7 @@ template <class Cfg>
 void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cfg>& dev, KvGenerator& gen,
                            const std::vector<int32_t>& counts, int group, int max_q, float softcap, std::mt19937_64& rng,
                            const std::string& where_base, const std::vector<typename Cfg::dtype>* k_rows = nullptr,
-                           const std::vector<typename Cfg::dtype>* v_rows = nullptr) {
+                           const std::vector<typename Cfg::dtype>* v_rows = nullptr, int plan_sms = 0) {
   using T = typename Cfg::dtype;
   const int batch = int(counts.size()), heads = gen.heads, q_heads = heads * group;
   int64_t total = 0, max_tokens = 0;
@@ -309,7 +309,8 @@ void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cf
   const std::vector<T> q = make_queries<T>(gen, total, group);
   const std::vector<T> nk = k_rows ? *k_rows : gen.keys<T>(total), nv = v_rows ? *v_rows : gen.values<T>(total);
   kvq::DecodePlan plan;
-  const kvq::DecodeShape shape{batch, q_heads, heads, host.view().residual, max_tokens, max_q, total, num_sms()};
+  const kvq::DecodeShape shape{batch, q_heads, heads, host.view().residual, max_tokens, max_q, total,
+                               plan_sms > 0 ? plan_sms : num_sms()};
   REQUIRE(kvq::plan_decode<Cfg>(shape, &plan) == kvq::Status::kSuccess);
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
   const std::string where = where_base + " group " + std::to_string(group) + " max_q " + std::to_string(max_q) +
@@ -370,6 +371,25 @@ void check_decode_long(uint64_t seed, int group, int max_q) {
   for (int step = 0; step < 2; ++step)
     decode_step_and_check<Cfg>(host, dev, gen, {step == 0 ? max_q : 1, 1 + int32_t(rng() % max_q)}, group, max_q, 0.0f, rng,
                                "long context step " + std::to_string(step));
+}
+
+// Many slots per query row: one sequence of 40,000 tokens, one KV head, planned as if for a
+// 200-multiprocessor GPU so that the split count (one per page, 625 at page 64) is more than two
+// merge passes of kMergeThreads (256) slots, whatever GPU runs the test.
+template <class Cfg>
+void check_decode_many_slots(uint64_t seed) {
+  constexpr int P = Cfg::page, D = Cfg::head_dim;
+  std::mt19937_64 rng(seed);
+  const int heads = 1, residual = P, batch = 1;
+  const int32_t len = 40000;
+  const int max_pages = len / P + 8;
+  kvq::reference::HostCache<Cfg> host(heads, max_pages, batch, residual, max_pages, batch);
+  host.hot_slot[0] = 0;
+  KvGenerator gen(heads, D, seed);
+  DeviceMirror<Cfg> dev;
+  dev.upload(host);
+  REQUIRE(step_both(host, dev, {len}, gen, false, "many-slots prompt"));
+  decode_step_and_check<Cfg>(host, dev, gen, {2}, 2, 2, 0.0f, rng, "many slots", nullptr, nullptr, 200);
 }
 
 // Isolation of the two halves of the kernel (prompt then one decode step of q_len 1..4):

@@ -1,6 +1,6 @@
 // Decode attention cases the random tests do not reach: arguments rejected on the host, sequences
-// rejected on the device (only they are skipped), and CUDA-graph capture replayed with different
-// lengths within the plan.
+// rejected on the device (only they are skipped), CUDA-graph capture replayed with different
+// lengths within the plan, and a query row whose slots need several passes of the merge kernel.
 #include "decode_check.cuh"
 
 namespace {
@@ -189,5 +189,9 @@ TEST_SUITE("gpu") {
     KVQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
     KVQ_CUDA_CHECK(cudaGraphDestroy(graph));
     KVQ_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+
+  TEST_CASE("decode: a query row with more slots than two merge passes (625 splits)") {
+    kvq_test::check_decode_many_slots<Cfg>(81);
   }
 }

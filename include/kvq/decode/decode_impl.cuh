@@ -5,14 +5,14 @@
 //     yet) are quantized into the workspace with the append's own code (page_encoder.cuh);
 //  2. records (records_kernel.cuh): tensor-core split-KV over the tokens served by records (cold
 //     pool + transition pages), every K/V byte read once per KV head for the whole GQA group;
-//  3. tail: the hot ring rows and the new tokens (at most R + 16 tokens per sequence), read in
-//     the model dtype element by element through token_key / token_value (the host reference's
-//     functions), causal over the new tokens; written as one more split;
-//  4. merge: combines the splits of every (token, query head) exactly (log-sum-exp) and writes out.
+//  3. tail (tail_kernel.cuh): the hot ring rows and the new tokens (fewer than R + P + 16 tokens
+//     per sequence), read in the model dtype, causal over the new tokens; one slot per chunk;
+//  4. merge (merge_kernel.cuh): combines the slots of every (token, query head) exactly
+//     (log-sum-exp) and writes out.
 // A configuration the records kernel does not serve (RecordTile::supported: key groups that are
 // not a multiple of 16 tokens, value groups smaller than a packed word) runs the element-wise
-// kernel over all its tokens instead; every compiled configuration of this repository takes the
-// records path.
+// kernel below over all its tokens instead of 2 and 3; every compiled configuration of this
+// repository takes the records path.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,7 +23,9 @@
 #include "kvq/attention/token_source.hpp"
 #include "kvq/attention/transition.cuh"
 #include "kvq/decode/decode.hpp"
+#include "kvq/decode/merge_kernel.cuh"
 #include "kvq/decode/records_kernel.cuh"
+#include "kvq/decode/tail_kernel.cuh"
 #include "kvq/decode/workspace.cuh"
 #include "kvq/quant/element_decode.hpp"
 
@@ -36,14 +38,13 @@ KVQ_DEVICE float warp_sum(float x) {
   return x;
 }
 
-// Element-wise kernel. tail = true: chunk `blockIdx.x` of kDecodeTailChunk tokens after the
-// records, [records_end, len + q_len), into slot max_splits + chunk. tail = false: split
-// `blockIdx.x` of all tokens (configurations the records kernel does not serve). Warps take
-// tokens round-robin, lanes take channels.
+// Element-wise kernel, for the configurations the records kernel does not serve: split
+// `blockIdx.x` of all tokens (records, hot rows and new tokens through token_ref, the host
+// reference's functions). Warps take tokens round-robin, lanes take channels.
 template <class Cfg>
 __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
     decode_elementwise_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
-                              DecodeWorkspace ws, uint32_t* flags, bool tail) {
+                              DecodeWorkspace ws, uint32_t* flags) {
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page, RT = kDecodeRowsPerCta, J = D / 32;
   __shared__ SeqAttention s;
@@ -51,7 +52,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   __shared__ float qs[RT][D];
   __shared__ float red_m[kDecodeWarps][RT], red_l[kDecodeWarps][RT];
   __shared__ float red_acc[kDecodeWarps][RT][D];
-  const int split = tail ? plan.max_splits + int(blockIdx.x) : int(blockIdx.x), b = blockIdx.y;
+  const int split = blockIdx.x, b = blockIdx.y;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
   const int h = blockIdx.z / row_tiles, tile = blockIdx.z % row_tiles;
@@ -62,9 +63,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   }
   __syncthreads();
   const int64_t all_end = s.len + s.q_len;
-  const int64_t span = tail ? kDecodeTailChunk : plan.split_tokens;
-  const int64_t start = bad ? 0 : tail ? records_end(s) + int64_t(blockIdx.x) * span : int64_t(split) * span;
-  const int64_t end = bad ? 0 : (all_end < start + span ? all_end : start + span);
+  const int64_t start = bad ? 0 : int64_t(split) * plan.split_tokens;
+  const int64_t end = bad ? 0 : (all_end < start + plan.split_tokens ? all_end : start + plan.split_tokens);
   if (!pages_valid(v, b, s, bad, start, end, P)) {
     if (threadIdx.x == 0) reject_sequence(ws, b, flags);
     return;
@@ -132,46 +132,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   }
 }
 
-// Slots of a sequence: records path: the record splits holding tokens, then its tail chunks;
-// element-wise path: the splits of all its tokens.
-template <class Cfg>
-__global__ void KVQ_HIDDEN decode_merge_kernel(AttentionBatch<typename Cfg::dtype> a, DecodePlan plan, DecodeWorkspace ws,
-                                               typename Cfg::dtype* out, bool records_path) {
-  using T = typename Cfg::dtype;
-  constexpr int D = Cfg::head_dim;
-  const int i = blockIdx.x, b = blockIdx.y, hq = blockIdx.z, c = threadIdx.x;
-  if (ws.status[b]) return;
-  SeqAttention s{};
-  s.len = a.lengths.len[b];
-  s.cold = a.lengths.cold[b];
-  s.q0 = a.cu_q[b];
-  s.q_len = int32_t(a.cu_q[b + 1] - s.q0);
-  if (i >= s.q_len) return;
-  s.target = cold_after(s.len + s.q_len, s.cold, plan.shape.residual, plan.page);
-  const int64_t covered = records_path ? records_end(s) : s.len + s.q_len;
-  const int splits = int((covered + plan.split_tokens - 1) / plan.split_tokens);
-  const int tails = records_path ? int((s.len + s.q_len - covered + kDecodeTailChunk - 1) / kDecodeTailChunk) : 0;
-  const int slots = splits + tails;
-  const size_t row = size_t(s.q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;
-  auto slot_of = [&](int k) { return size_t(k < splits ? k : plan.max_splits + (k - splits)); };
-  // Unrolled by 8 so that a thread can have several slots' loads in flight (a batch-1 call has ~80
-  // slots). Measured at a277733: no gain (batch-1 merge 25 -> 30 us; bench/NOTES.md).
-  float mx = -INFINITY;
-#pragma unroll 8
-  for (int k = 0; k < slots; ++k) mx = fmaxf(mx, ws.stats[2 * (slot_of(k) * stride + row)]);
-  float o = 0.0f, sum = 0.0f;
-#pragma unroll 8
-  for (int k = 0; k < slots; ++k) {  // loads before the test, so that the unrolled loads overlap
-    const size_t at = slot_of(k) * stride + row;
-    const float ms = ws.stats[2 * at], ls = ws.stats[2 * at + 1], po = ws.partial[at * D + c];
-    if (ms == -INFINITY) continue;  // a slot without tokens (its partial output was never written)
-    const float e = __expf(ms - mx);
-    o += po * e;
-    sum += ls * e;
-  }
-  out[row * D + c] = T::from_float(o / sum);
-}
-
 }  // namespace detail
 
 template <class Cfg>
@@ -200,13 +160,14 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
     } else if (detail::launch_records<Cfg, 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess) {
       return Status::kCudaError;
     }
-    detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
-                                             detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags, true);
+    detail::decode_tail_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
+                                      detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
   } else {
     detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles8)),
-                                             detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags, false);
+                                             detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
   }
-  detail::decode_merge_kernel<Cfg><<<dim3(unsigned(plan.shape.max_q_len), nb, unsigned(batch.num_q_heads)), D, 0, stream>>>(
+  detail::decode_merge_kernel<Cfg><<<dim3(unsigned(plan.shape.max_q_len), nb, unsigned(batch.num_q_heads)),
+                                      detail::kMergeThreads, 0, stream>>>(
       batch, plan, ws, out, records_path);
   return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
 }

@@ -1,0 +1,146 @@
+// kvq/decode/tail_kernel.cuh - decode attention over a sequence's tail: the tokens after the
+// records (hot ring rows, then the step's new tokens), read in the model dtype. Never a record:
+// records_end (token_source.hpp) is where the hot rows begin.
+//
+// CTA = (tail chunk, sequence, KV head x row tile of kDecodeRowsPerCta query rows). Chunk n is the
+// kDecodeTailChunk tokens from records_end + n * kDecodeTailChunk; its partial state goes to slot
+// max_splits + n. Warp w takes the chunk's tokens w, w + 4, ... (kTailTokensPerWarp of them) and
+// loads all their K/V elements before any math (lane l: channels l, l + 32, ...), so a warp waits
+// for memory once. Then, per query row the CTA holds (padding rows skipped), the tokens' dots are
+// summed over the warp in interleaved shuffle trees, future tokens are masked (causal over the new
+// tokens) and the row's online softmax takes one update for all the warp's tokens. The warps'
+// states combine through shared memory (combine_warps_and_store).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kvq/attention/token_source.hpp"
+#include "kvq/decode/plan.hpp"
+#include "kvq/decode/workspace.cuh"
+
+KVQ_NAMESPACE_BEGIN
+namespace detail {
+
+constexpr int kTailTokensPerWarp = kDecodeTailChunk / kDecodeWarps;
+static_assert(kDecodeTailChunk % kDecodeWarps == 0, "a chunk splits evenly over the warps");
+
+template <class Cfg>
+__global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
+    decode_tail_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
+                       DecodeWorkspace ws, uint32_t* flags) {
+  using T = typename Cfg::dtype;
+  constexpr int D = Cfg::head_dim, P = Cfg::page, RT = kDecodeRowsPerCta, J = D / 32, TW = kTailTokensPerWarp;
+  __shared__ SeqAttention s;
+  __shared__ int bad;
+  __shared__ float qs[RT][D];
+  __shared__ float red_m[kDecodeWarps][RT], red_l[kDecodeWarps][RT];
+  __shared__ float red_acc[kDecodeWarps][RT][D];
+  const int b = blockIdx.y;
+  const int group = a.num_q_heads / v.num_kv_heads;
+  const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
+  const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * RT;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    s = resolve_attention(v, a, b, P);
+    bad = sequence_exceeds_plan(s, plan);
+  }
+  __syncthreads();
+  if (bad) {
+    if (threadIdx.x == 0) reject_sequence(ws, b, flags);
+    return;
+  }
+  const int64_t start = records_end(s) + int64_t(blockIdx.x) * kDecodeTailChunk;
+  const int64_t all_end = s.len + s.q_len;
+  const int64_t end = all_end < start + kDecodeTailChunk ? all_end : start + kDecodeTailChunk;
+  const int rows = group * s.q_len;
+  if (start >= end || row0 >= rows) return;  // the merge reads only the chunks that hold tokens
+  const int nr = rows - row0 < RT ? rows - row0 : RT;
+
+  // The warp's tokens, every load issued before the first use.
+  const SeqAppend ap = as_append(s);
+  float k[TW][J], val[TW][J];
+  KVQ_UNROLL
+  for (int tw = 0; tw < TW; ++tw) {
+    const int64_t t = start + warp + kDecodeWarps * tw;
+    const bool here = t < end;
+    const T* kr = here ? source_row(v, v.hot_k, a.new_k, ap, t, h, D, P) : nullptr;
+    const T* vr = here ? source_row(v, v.hot_v, a.new_v, ap, t, h, D, P) : nullptr;
+    KVQ_UNROLL
+    for (int j = 0; j < J; ++j) {
+      k[tw][j] = here ? kr[lane + 32 * j].to_float() : 0.0f;
+      val[tw][j] = here ? vr[lane + 32 * j].to_float() : 0.0f;
+    }
+  }
+  for (int idx = threadIdx.x; idx < RT * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D, rg = row0 + r;
+    qs[r][c] = rg < rows ? a.q[(size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + c].to_float() : 0.0f;
+  }
+  __syncthreads();
+
+  float m[RT], l[RT], acc[RT][J];
+  KVQ_UNROLL
+  for (int r = 0; r < RT; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    KVQ_UNROLL
+    for (int j = 0; j < J; ++j) acc[r][j] = 0.0f;
+  }
+  KVQ_UNROLL
+  for (int r = 0; r < RT; ++r) {
+    if (r >= nr) break;  // padding rows (uniform over the CTA)
+    float dot[TW];
+    KVQ_UNROLL
+    for (int tw = 0; tw < TW; ++tw) {
+      dot[tw] = 0.0f;
+      KVQ_UNROLL
+      for (int j = 0; j < J; ++j) dot[tw] += qs[r][lane + 32 * j] * k[tw][j];
+    }
+    KVQ_UNROLL
+    for (int o = 16; o > 0; o >>= 1)
+      KVQ_UNROLL
+      for (int tw = 0; tw < TW; ++tw) dot[tw] += __shfl_xor_sync(0xffffffffu, dot[tw], o);
+    const int64_t last = s.len + (row0 + r) / group;  // the row's own new token: later ones are future
+    float x[TW], mx = m[r];
+    KVQ_UNROLL
+    for (int tw = 0; tw < TW; ++tw) {
+      const int64_t t = start + warp + kDecodeWarps * tw;
+      float logit = dot[tw] * a.softmax_scale;
+      if (a.softcap > 0.0f) logit = a.softcap * tanhf(logit / a.softcap);
+      x[tw] = t < end && t <= last ? logit : -INFINITY;
+      mx = fmaxf(mx, x[tw]);
+    }
+    if (mx == -INFINITY) continue;  // none of the warp's tokens is visible to this row yet
+    const float corr = __expf(m[r] - mx);
+    l[r] *= corr;
+    KVQ_UNROLL
+    for (int j = 0; j < J; ++j) acc[r][j] *= corr;
+    KVQ_UNROLL
+    for (int tw = 0; tw < TW; ++tw) {
+      const float p = __expf(x[tw] - mx);
+      l[r] += p;
+      KVQ_UNROLL
+      for (int j = 0; j < J; ++j) acc[r][j] += p * val[tw][j];
+    }
+    m[r] = mx;
+  }
+  KVQ_UNROLL
+  for (int r = 0; r < RT; ++r) {
+    if (lane == 0) {
+      red_m[warp][r] = m[r];
+      red_l[warp][r] = l[r];
+    }
+    KVQ_UNROLL
+    for (int j = 0; j < J; ++j) red_acc[warp][r][lane + 32 * j] = acc[r][j];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < nr * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D, rg = row0 + r;
+    combine_warps_and_store(&red_acc[0][0][0], &red_m[0][0], &red_l[0][0], RT, D, r, c, ws, plan,
+                            plan.max_splits + int(blockIdx.x), size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
+  }
+}
+
+}  // namespace detail
+KVQ_NAMESPACE_END
