@@ -373,15 +373,15 @@ void check_decode_long(uint64_t seed, int group, int max_q) {
                                "long context step " + std::to_string(step));
 }
 
-// Many slots per query row: one sequence of 40,000 tokens, one KV head, planned as if for a
-// 200-multiprocessor GPU so that the split count (one per page, 625 at page 64) is more than two
-// merge passes of kMergeThreads (256) slots, whatever GPU runs the test.
+// Many slots per query row: one sequence of 70,000 tokens, one KV head, planned as if for a
+// 300-multiprocessor GPU so that the split count (one per page: 1,094 at page 64) takes the merge
+// kernel three passes of kMergeThreads (512) slots, whatever GPU runs the test.
 template <class Cfg>
 void check_decode_many_slots(uint64_t seed) {
   constexpr int P = Cfg::page, D = Cfg::head_dim;
   std::mt19937_64 rng(seed);
   const int heads = 1, residual = P, batch = 1;
-  const int32_t len = 40000;
+  const int32_t len = 70000;
   const int max_pages = len / P + 8;
   kvq::reference::HostCache<Cfg> host(heads, max_pages, batch, residual, max_pages, batch);
   host.hot_slot[0] = 0;
@@ -389,7 +389,7 @@ void check_decode_many_slots(uint64_t seed) {
   DeviceMirror<Cfg> dev;
   dev.upload(host);
   REQUIRE(step_both(host, dev, {len}, gen, false, "many-slots prompt"));
-  decode_step_and_check<Cfg>(host, dev, gen, {2}, 2, 2, 0.0f, rng, "many slots", nullptr, nullptr, 200);
+  decode_step_and_check<Cfg>(host, dev, gen, {2}, 2, 2, 0.0f, rng, "many slots", nullptr, nullptr, 300);
 }
 
 // Isolation of the two halves of the kernel (prompt then one decode step of q_len 1..4):

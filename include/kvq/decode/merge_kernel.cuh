@@ -8,7 +8,7 @@
 //   2. per chunk of kMergeThreads slots, thread k writes w_k = exp(max_k - M) (0 for a slot
 //      without tokens) to shared memory and adds w_k sum_k to its share of the denominator;
 //   3. thread (part, c) adds w_k o_k[c] over the chunk's slots k = part, part + parts, ... (parts =
-//      kMergeThreads / D: independent loads, several in flight per thread);
+//      kMergeThreads / D), kMergeBatch loads issued before their sums;
 //   4. the parts and the denominator shares are added through shared memory.
 #pragma once
 
@@ -22,7 +22,8 @@
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
-constexpr int kMergeThreads = 256;
+constexpr int kMergeThreads = 512;
+constexpr int kMergeBatch = 8;  // partial loads a thread has in flight
 
 // x reduced over the CTA with `op` (every thread gets the result). scratch: kMergeThreads / 32 floats.
 template <class Op>
@@ -86,11 +87,16 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
     weight[t] = w;
     __syncthreads();
     const int n = slots - base < kMergeThreads ? slots - base : kMergeThreads;
-#pragma unroll 4
-    for (int k = part; k < n; k += PARTS) {
-      const float wk = weight[k];
-      const float po = wk != 0.0f ? ws.partial[at_of(base + k) * D + c] : 0.0f;
-      o += wk * po;
+    for (int k0 = part; k0 < n; k0 += kMergeBatch * PARTS) {  // kMergeBatch loads in flight, then their sums
+      float wk[kMergeBatch], po[kMergeBatch];
+      KVQ_UNROLL
+      for (int u = 0; u < kMergeBatch; ++u) {
+        const int k = k0 + u * PARTS;
+        wk[u] = k < n ? weight[k] : 0.0f;
+        po[u] = wk[u] != 0.0f ? ws.partial[at_of(base + k) * D + c] : 0.0f;
+      }
+      KVQ_UNROLL
+      for (int u = 0; u < kMergeBatch; ++u) o += wk[u] * po[u];
     }
   }
   sum = merge_block_reduce(sum, scratch, [](float x, float y) { return x + y; });
