@@ -3,11 +3,10 @@
 // Four launches on the caller's stream, no host synchronisation:
 //  1. transition: pages of the prefix that turn cold in this step (the append may not have run
 //     yet) are quantized into the workspace with the append's own code (page_encoder.cuh);
-//  2. tail (tail_kernel.cuh): the hot ring rows and the new tokens (fewer than R + P + 16 tokens
-//     per sequence), read in the model dtype, causal over the new tokens; one slot per chunk;
-//  3. records (records_kernel.cuh): tensor-core split-KV over the tokens served by records (cold
+//  2. records (records_kernel.cuh): tensor-core split-KV over the tokens served by records (cold
 //     pool + transition pages), every K/V byte read once per KV head for the whole GQA group;
-//     launched as a dependent of the tail (compute capability 9.0+), so the two overlap;
+//  3. tail (tail_kernel.cuh): the hot ring rows and the new tokens (fewer than R + P + 16 tokens
+//     per sequence), read in the model dtype, causal over the new tokens; one slot per chunk;
 //  4. merge (merge_kernel.cuh): combines the slots of every (token, query head) exactly
 //     (log-sum-exp) and writes out.
 // A configuration the records kernel does not serve (RecordTile::supported: key groups that are
@@ -153,17 +152,16 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream);
   constexpr bool records_path = detail::RecordTile<Cfg>::supported;
   if constexpr (records_path) {
-    // The tail first, then the records kernel as its dependent launch (core/dependent_launch.cuh):
-    // the two are independent, so the records CTAs start while the tail CTAs still run.
-    detail::decode_tail_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
-                                      detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
-    const bool dependent = detail::dependent_launch_supported();
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;
     const dim3 grid(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles));
-    const Status rs = plan.rows_per_cta == 16 && D <= 128
-                          ? detail::launch_records<Cfg, D <= 128 ? 2 : 1>(grid, stream, cache, batch, plan, ws, flags, dependent)
-                          : detail::launch_records<Cfg, 1>(grid, stream, cache, batch, plan, ws, flags, dependent);
-    if (rs != Status::kSuccess) return rs;
+    if (plan.rows_per_cta == 16 && D <= 128) {
+      if (detail::launch_records<Cfg, D <= 128 ? 2 : 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess)
+        return Status::kCudaError;
+    } else if (detail::launch_records<Cfg, 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess) {
+      return Status::kCudaError;
+    }
+    detail::decode_tail_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
+                                      detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
   } else {
     detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles8)),
                                              detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);

@@ -32,7 +32,6 @@
 #include <type_traits>
 
 #include "kvq/attention/token_source.hpp"
-#include "kvq/core/dependent_launch.cuh"
 #include "kvq/decode/plan.hpp"
 #include "kvq/decode/record_tile.cuh"
 #include "kvq/decode/workspace.cuh"
@@ -73,10 +72,10 @@ struct RecordsSmem {
 #define KVQ_DECODE_RECORDS_MIN_CTAS 4
 #endif
 
-// One CTA's work (the kernel below adds the dependent-launch wait after it).
 template <class Cfg, int NT>
-__device__ __forceinline__ void records_cta(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
-                                            const DecodePlan& plan, const DecodeWorkspace& ws, uint32_t* flags) {
+__global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORDS_MIN_CTAS : 1) KVQ_HIDDEN
+    decode_records_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
+                          DecodeWorkspace ws, uint32_t* flags) {
   using T = typename Cfg::dtype;
   using Tile = RecordTile<Cfg>;
   using L = RecordsSmem<Cfg, NT>;
@@ -525,36 +524,16 @@ __device__ __forceinline__ void records_cta(const CacheView<typename Cfg::dtype>
   }
 }
 
-// The records kernel is launched as a dependent of the tail kernel (core/dependent_launch.cuh):
-// every CTA waits for the tail grid before it exits, whichever way records_cta returned.
-template <class Cfg, int NT>
-__global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORDS_MIN_CTAS : 1) KVQ_HIDDEN
-    decode_records_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
-                          DecodeWorkspace ws, uint32_t* flags) {
-  records_cta<Cfg, NT>(v, a, plan, ws, flags);
-  wait_prior_grids();
-}
-
 template <class Cfg, int NT>
 Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename Cfg::dtype>& v,
                       const AttentionBatch<typename Cfg::dtype>& a, const DecodePlan& plan, const DecodeWorkspace& ws,
-                      uint32_t* flags, bool dependent) {
+                      uint32_t* flags) {
   constexpr size_t bytes = RecordsSmem<Cfg, NT>::bytes;
   if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
       cudaSuccess)
     return Status::kCudaError;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(kDecodeWarps * 32);
-  config.dynamicSmemBytes = bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attr;
-  config.numAttrs = dependent ? 1 : 0;
-  return cudaLaunchKernelEx(&config, decode_records_kernel<Cfg, NT>, v, a, plan, ws, flags) == cudaSuccess ? Status::kSuccess
-                                                                                                      : Status::kCudaError;
+  decode_records_kernel<Cfg, NT><<<grid, kDecodeWarps * 32, bytes, stream>>>(v, a, plan, ws, flags);
+  return Status::kSuccess;
 }
 
 // CTAs of the records kernel one multiprocessor holds (what the planner sizes splits by).

@@ -1,7 +1,6 @@
 // kvq/decode/tail_kernel.cuh - decode attention over a sequence's tail: the tokens after the
 // records (hot ring rows, then the step's new tokens), read in the model dtype. Never a record:
-// records_end (token_source.hpp) is where the hot rows begin. It runs before the records kernel,
-// which is launched as its dependent (decode_impl.cuh) and overlaps it.
+// records_end (token_source.hpp) is where the hot rows begin.
 //
 // CTA = (tail chunk, sequence, KV head x row tile of kDecodeRowsPerCta query rows). Chunk n is the
 // kDecodeTailChunk tokens from records_end + n * kDecodeTailChunk; its partial state goes to slot
@@ -18,7 +17,6 @@
 #include <cmath>
 
 #include "kvq/attention/token_source.hpp"
-#include "kvq/core/dependent_launch.cuh"
 #include "kvq/decode/plan.hpp"
 #include "kvq/decode/workspace.cuh"
 
@@ -44,7 +42,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
   const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * RT;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  launch_dependents();  // the records kernel (launched next, independent of this one) may start
   if (threadIdx.x == 0) {
     s = resolve_attention(v, a, b, P);
     bad = sequence_exceeds_plan(s, plan);
