@@ -373,15 +373,15 @@ void check_decode_long(uint64_t seed, int group, int max_q) {
                                "long context step " + std::to_string(step));
 }
 
-// Many slots per query row: one sequence of 70,000 tokens, one KV head, planned as if for a
-// 300-multiprocessor GPU so that the split count (one per page: 1,094 at page 64) takes the merge
-// kernel three passes of kMergeThreads (512) slots, whatever GPU runs the test.
+// Many slots per query row: one sequence of 300,000 tokens, one KV head, planned as if for a
+// 300-multiprocessor GPU so that the split count (1,172 splits of kDecodeSplitMinPages pages at
+// page 64) takes the merge kernel three passes of kMergeThreads (512) slots, whatever GPU runs it.
 template <class Cfg>
 void check_decode_many_slots(uint64_t seed) {
   constexpr int P = Cfg::page, D = Cfg::head_dim;
   std::mt19937_64 rng(seed);
   const int heads = 1, residual = P, batch = 1;
-  const int32_t len = 70000;
+  const int32_t len = 300000;
   const int max_pages = len / P + 8;
   kvq::reference::HostCache<Cfg> host(heads, max_pages, batch, residual, max_pages, batch);
   host.hot_slot[0] = 0;

@@ -34,6 +34,19 @@ TEST_CASE("decode plan: splits are page multiples that cover the longest sequenc
   CHECK(int64_t(one.max_splits) * 8 >= 132);  // batch 1 x 8 KV heads still spreads over the SMs
 }
 
+TEST_CASE("decode plan: a split holds at least one page per warp when the sequence has that many") {
+  for (int64_t tokens : {int64_t(256), int64_t(1000), int64_t(4096), int64_t(32768), int64_t(131072)}) {
+    kvq::DecodePlan p;
+    REQUIRE(kvq::plan_decode(shape(1, tokens), 128, 64, 6144, &p) == kvq::Status::kSuccess);
+    CHECK(p.split_tokens >= kvq::kDecodeSplitMinPages * 64);
+  }
+  kvq::DecodePlan p;
+  REQUIRE(kvq::plan_decode(shape(1, 4096), 128, 64, 6144, &p) == kvq::Status::kSuccess);
+  CHECK(p.max_splits == 4096 / 64 / kvq::kDecodeSplitMinPages);  // 64 pages: 16 splits, not 64 of one page
+  REQUIRE(kvq::plan_decode(shape(1, 100), 128, 64, 6144, &p) == kvq::Status::kSuccess);
+  CHECK(p.max_splits == 1);  // fewer pages than warps: one split
+}
+
 TEST_CASE("decode plan: the split CTAs fit in one wave of the residency the caller reports") {
   for (int ctas_per_sm : {1, 2, 3, 4, 5})
     for (int batch : {1, 2, 8, 17, 64})

@@ -18,7 +18,8 @@ KVQ_NAMESPACE_BEGIN
 
 constexpr int kDecodeMaxQLen = 16;    // speculative decoding: up to 16 new tokens per sequence
 constexpr int kDecodeRowsPerCta = 8;   // query rows (GQA heads x new tokens) one element-wise CTA carries
-constexpr int kDecodeTailChunk = 16;   // tail tokens (hot rows + new tokens) one element-wise CTA reads
+constexpr int kDecodeTailChunk = 16;   // tail tokens (hot rows + new tokens) one tail CTA reads
+constexpr int kDecodeSplitMinPages = 4;  // pages a split holds at least (one per warp of a records CTA)
 
 // Query rows one CTA of the tensor-core records kernel carries: 16 when the group x q_len needs
 // more than 8 and the head dim leaves registers for two row tiles, else 8.
@@ -80,7 +81,9 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   const int64_t ctas_without_split = int64_t(s.batch > 0 ? s.batch : 1) * s.num_kv_heads * row_tiles;
   const int64_t pages = (s.max_tokens + page - 1) / page;
   int64_t splits = int64_t(s.num_sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1) / ctas_without_split;
-  if (splits > pages) splits = pages;
+  // A split of fewer than kDecodeSplitMinPages pages would leave warps of its CTA idle (a warp
+  // streams whole pages) and only add slots to merge.
+  if (splits > pages / kDecodeSplitMinPages) splits = pages / kDecodeSplitMinPages;
   if (splits < 1) splits = 1;
   p.split_tokens = int32_t(((pages + splits - 1) / splits) * page);
   if (p.split_tokens == 0) p.split_tokens = page;
