@@ -1,18 +1,17 @@
 // kvq/decode/decode_impl.cuh - decode attention kernels (include from one .cu per configuration).
 //
-// Three launches on the caller's stream, no host synchronisation:
+// Four launches on the caller's stream, no host synchronisation:
 //  1. transition: pages of the prefix that turn cold in this step (the append may not have run
 //     yet) are quantized into the workspace with the append's own code (page_encoder.cuh);
 //  2. records (records_kernel.cuh): tensor-core split-KV over the tokens served by records (cold
 //     pool + transition pages), every K/V byte read once per KV head for the whole GQA group;
-//     the same launch's last CTAs take the tail (tail_cta.cuh): the hot ring rows and the new
-//     tokens (fewer than R + P + 16 per sequence), read in the model dtype, causal over the new
-//     tokens, one slot per chunk of kDecodeTailChunk;
-//  3. merge (merge_kernel.cuh): combines the slots of every (token, query head) exactly
+//  3. tail (tail_kernel.cuh): the hot ring rows and the new tokens (fewer than R + P + 16 tokens
+//     per sequence), read in the model dtype, causal over the new tokens; one slot per chunk;
+//  4. merge (merge_kernel.cuh): combines the slots of every (token, query head) exactly
 //     (log-sum-exp) and writes out.
 // A configuration the records kernel does not serve (RecordTile::supported: key groups that are
 // not a multiple of 16 tokens, value groups smaller than a packed word) runs the element-wise
-// kernel below over all its tokens instead of 2; every compiled configuration of this
+// kernel below over all its tokens instead of 2 and 3; every compiled configuration of this
 // repository takes the records path.
 #pragma once
 
@@ -26,6 +25,7 @@
 #include "kvq/decode/decode.hpp"
 #include "kvq/decode/merge_kernel.cuh"
 #include "kvq/decode/records_kernel.cuh"
+#include "kvq/decode/tail_kernel.cuh"
 #include "kvq/decode/workspace.cuh"
 #include "kvq/quant/element_decode.hpp"
 
@@ -152,16 +152,16 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream);
   constexpr bool records_path = detail::RecordTile<Cfg>::supported;
   if constexpr (records_path) {
-    // One launch: the records CTAs (z < kv heads x row tiles), then the tail CTAs.
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;
-    const dim3 grid(unsigned(plan.max_splits > plan.tail_slots ? plan.max_splits : plan.tail_slots), nb,
-                    unsigned(cache.num_kv_heads * (row_tiles + row_tiles8)));
+    const dim3 grid(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles));
     if (plan.rows_per_cta == 16 && D <= 128) {
       if (detail::launch_records<Cfg, D <= 128 ? 2 : 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess)
         return Status::kCudaError;
     } else if (detail::launch_records<Cfg, 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess) {
       return Status::kCudaError;
     }
+    detail::decode_tail_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
+                                      detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
   } else {
     detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles8)),
                                              detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);

@@ -1,12 +1,7 @@
 // kvq/decode/records_kernel.cuh - the tensor-core split kernel of decode attention over the
 // tokens the cache serves from records (the cold pool and the pages turning cold in this step).
 //
-// Grid: x = split (or tail chunk), y = sequence, z = KV head x row tile of the records CTAs, then
-// KV head x row tile of the tail CTAs (tail_cta.cuh: hot rows and new tokens). The tail CTAs come
-// last in launch order, so they take the multiprocessor slots the records CTAs leave free (the
-// planner sizes the records CTAs to one wave) and run beside them.
-//
-// Records CTA = (split, sequence, KV head x row tile). Its rows are up to 8 * NT query rows of one KV
+// CTA = (split, sequence, KV head x row tile). Its rows are up to 8 * NT query rows of one KV
 // head (GQA heads x new tokens), so every K/V byte of the split is read once for all of them.
 // Each of the 4 warps streams whole pages of the split (warp w takes pages w, w+4, ...) in
 // 16-token tiles through its own ring of 2 or 4 shared-memory stages filled by cp.async, in
@@ -39,7 +34,6 @@
 #include "kvq/attention/token_source.hpp"
 #include "kvq/decode/plan.hpp"
 #include "kvq/decode/record_tile.cuh"
-#include "kvq/decode/tail_cta.cuh"
 #include "kvq/decode/workspace.cuh"
 
 KVQ_NAMESPACE_BEGIN
@@ -69,9 +63,7 @@ struct RecordsSmem {
   static constexpr size_t q_bytes = (consts_offset + 48 + 127) / 128 * 128;  // the rings start 128-byte aligned
   static constexpr size_t ring_bytes = size_t(kDecodeWarps) * stages * Tile::bytes;
   static constexpr size_t red_bytes = size_t(kDecodeWarps) * rows * (D + 2) * 4;
-  static constexpr size_t records_bytes = q_bytes + (ring_bytes > red_bytes ? ring_bytes : red_bytes);
-  // The launch's tail CTAs (tail_cta.cuh) use the same dynamic shared memory.
-  static constexpr size_t bytes = records_bytes > TailSmem<Cfg>::bytes ? records_bytes : TailSmem<Cfg>::bytes;
+  static constexpr size_t bytes = q_bytes + (ring_bytes > red_bytes ? ring_bytes : red_bytes);
 };
 
 // CTAs per multiprocessor the single-row-tile kernel is compiled for (registers per thread at most
@@ -105,10 +97,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   const int split = blockIdx.x, b = blockIdx.y;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + ROWS - 1) / ROWS;
-  if (int(blockIdx.z) >= v.num_kv_heads * row_tiles) {  // past the records CTAs: a tail CTA
-    tail_cta<Cfg>(v, a, plan, ws, flags, smem, s, bad, blockIdx.x, blockIdx.z - v.num_kv_heads * row_tiles);
-    return;
-  }
   const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * ROWS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   if (threadIdx.x == 0) {

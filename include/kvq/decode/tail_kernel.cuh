@@ -1,10 +1,6 @@
-// kvq/decode/tail_cta.cuh - decode attention over a sequence's tail: the tokens after the
+// kvq/decode/tail_kernel.cuh - decode attention over a sequence's tail: the tokens after the
 // records (hot ring rows, then the step's new tokens), read in the model dtype. Never a record:
 // records_end (token_source.hpp) is where the hot rows begin.
-//
-// The tail runs in CTAs of the records kernel's launch (records_kernel.cuh: the grid's z range
-// past the records CTAs), so it fills the multiprocessor slots the records CTAs leave free
-// instead of taking a launch of its own after them.
 //
 // CTA = (tail chunk, sequence, KV head x row tile of kDecodeRowsPerCta query rows). Chunk n is the
 // kDecodeTailChunk tokens from records_end + n * kDecodeTailChunk; its partial state goes to slot
@@ -30,34 +26,21 @@ namespace detail {
 constexpr int kTailTokensPerWarp = kDecodeTailChunk / kDecodeWarps;
 static_assert(kDecodeTailChunk % kDecodeWarps == 0, "a chunk splits evenly over the warps");
 
-// Shared memory of a tail CTA (carved from the records kernel's dynamic shared memory).
 template <class Cfg>
-struct TailSmem {
-  static constexpr int D = Cfg::head_dim, RT = kDecodeRowsPerCta;
-  static constexpr size_t qs = 0;                                              // [RT][D] fp32 queries
-  static constexpr size_t red_m = qs + size_t(RT) * D * 4;                     // [warps][RT]
-  static constexpr size_t red_l = red_m + size_t(kDecodeWarps) * RT * 4;       // [warps][RT]
-  static constexpr size_t red_acc = red_l + size_t(kDecodeWarps) * RT * 4;     // [warps][RT][D]
-  static constexpr size_t bytes = red_acc + size_t(kDecodeWarps) * RT * D * 4;
-};
-
-// One tail CTA: chunk `chunk` of sequence blockIdx.y, KV head x row tile `z`. s, bad: the
-// launch's shared sequence state; smem: TailSmem<Cfg>::bytes of shared memory.
-template <class Cfg>
-__device__ __forceinline__ void tail_cta(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
-                                         const DecodePlan& plan, const DecodeWorkspace& ws, uint32_t* flags, uint8_t* smem,
-                                         SeqAttention& s, int& bad, int chunk, int z) {
+__global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
+    decode_tail_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
+                       DecodeWorkspace ws, uint32_t* flags) {
   using T = typename Cfg::dtype;
-  using L = TailSmem<Cfg>;
   constexpr int D = Cfg::head_dim, P = Cfg::page, RT = kDecodeRowsPerCta, J = D / 32, TW = kTailTokensPerWarp;
-  float(*qs)[D] = reinterpret_cast<float(*)[D]>(smem + L::qs);
-  float(*red_m)[RT] = reinterpret_cast<float(*)[RT]>(smem + L::red_m);
-  float(*red_l)[RT] = reinterpret_cast<float(*)[RT]>(smem + L::red_l);
-  float(*red_acc)[RT][D] = reinterpret_cast<float(*)[RT][D]>(smem + L::red_acc);
+  __shared__ SeqAttention s;
+  __shared__ int bad;
+  __shared__ float qs[RT][D];
+  __shared__ float red_m[kDecodeWarps][RT], red_l[kDecodeWarps][RT];
+  __shared__ float red_acc[kDecodeWarps][RT][D];
   const int b = blockIdx.y;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
-  const int h = z / row_tiles, row0 = (z % row_tiles) * RT;
+  const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * RT;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     s = resolve_attention(v, a, b, P);
@@ -68,7 +51,7 @@ __device__ __forceinline__ void tail_cta(const CacheView<typename Cfg::dtype>& v
     if (threadIdx.x == 0) reject_sequence(ws, b, flags);
     return;
   }
-  const int64_t start = records_end(s) + int64_t(chunk) * kDecodeTailChunk;
+  const int64_t start = records_end(s) + int64_t(blockIdx.x) * kDecodeTailChunk;
   const int64_t all_end = s.len + s.q_len;
   const int64_t end = all_end < start + kDecodeTailChunk ? all_end : start + kDecodeTailChunk;
   const int rows = group * s.q_len;
@@ -154,8 +137,8 @@ __device__ __forceinline__ void tail_cta(const CacheView<typename Cfg::dtype>& v
   __syncthreads();
   for (int idx = threadIdx.x; idx < nr * D; idx += blockDim.x) {
     const int r = idx / D, c = idx % D, rg = row0 + r;
-    combine_warps_and_store(&red_acc[0][0][0], &red_m[0][0], &red_l[0][0], RT, D, r, c, ws, plan, plan.max_splits + chunk,
-                            size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
+    combine_warps_and_store(&red_acc[0][0][0], &red_m[0][0], &red_l[0][0], RT, D, r, c, ws, plan,
+                            plan.max_splits + int(blockIdx.x), size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
   }
 }
 
