@@ -35,8 +35,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   __shared__ SeqAttention s;
   __shared__ int bad;
   __shared__ float qs[RT][D];
-  __shared__ float red_m[kDecodeWarps][RT], red_l[kDecodeWarps][RT];
-  __shared__ float red_acc[kDecodeWarps][RT][D];
+  __shared__ WarpStates<RT, D> red;
   const int b = blockIdx.y;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
@@ -73,20 +72,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
       val[tw][j] = here ? vr[lane + 32 * j].to_float() : 0.0f;
     }
   }
-  for (int idx = threadIdx.x; idx < RT * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D, rg = row0 + r;
-    qs[r][c] = rg < rows ? a.q[(size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + c].to_float() : 0.0f;
-  }
-  __syncthreads();
+  stage_query_rows<T, RT, D>(qs, a, s, h, group, row0, rows);
 
   float m[RT], l[RT], acc[RT][J];
-  KVQ_UNROLL
-  for (int r = 0; r < RT; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-    KVQ_UNROLL
-    for (int j = 0; j < J; ++j) acc[r][j] = 0.0f;
-  }
+  reset_row_states(m, l, acc);
   KVQ_UNROLL
   for (int r = 0; r < RT; ++r) {
     if (r >= nr) break;  // padding rows (uniform over the CTA)
@@ -125,21 +114,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
     }
     m[r] = mx;
   }
-  KVQ_UNROLL
-  for (int r = 0; r < RT; ++r) {
-    if (lane == 0) {
-      red_m[warp][r] = m[r];
-      red_l[warp][r] = l[r];
-    }
-    KVQ_UNROLL
-    for (int j = 0; j < J; ++j) red_acc[warp][r][lane + 32 * j] = acc[r][j];
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < nr * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D, rg = row0 + r;
-    combine_warps_and_store(&red_acc[0][0][0], &red_m[0][0], &red_l[0][0], RT, D, r, c, ws, plan,
-                            plan.max_splits + int(blockIdx.x), size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
-  }
+  combine_and_store_rows<RT, D>(red, m, l, acc, nr, ws, plan, plan.max_splits + int(blockIdx.x), a, s, h, group, row0);
 }
 
 }  // namespace detail

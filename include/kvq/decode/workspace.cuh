@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "kvq/attention/pages_valid.cuh"
@@ -65,6 +66,66 @@ __device__ inline void combine_warps_and_store(const float* red_o, const float* 
   if (c == 0) {
     ws.stats[2 * at] = mx;
     ws.stats[2 * at + 1] = sum;
+  }
+}
+
+// ---- shared by the element-wise kernels (tail_kernel.cuh, decode_impl.cuh) ----
+// Their CTA carries kDecodeRowsPerCta query rows of one KV head; lane l of a warp holds channels
+// l, l + 32, ... of each row's running state.
+
+// Query rows row0 .. row0 + RT - 1 of KV head h (GQA heads x new tokens) as fp32 in shared memory,
+// zeros past the sequence's `rows`. Followed by a barrier.
+template <class T, int RT, int D>
+__device__ inline void stage_query_rows(float (*qs)[D], const AttentionBatch<T>& a, const SeqAttention& s, int h,
+                                        int group, int row0, int rows) {
+  for (int idx = threadIdx.x; idx < RT * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D, rg = row0 + r;
+    qs[r][c] = rg < rows ? a.q[(size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + c].to_float() : 0.0f;
+  }
+  __syncthreads();
+}
+
+// A warp's running state of RT rows before its first token: max -inf, sum 0, acc 0.
+template <int RT, int J>
+KVQ_DEVICE void reset_row_states(float (&m)[RT], float (&l)[RT], float (&acc)[RT][J]) {
+  KVQ_UNROLL
+  for (int r = 0; r < RT; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    KVQ_UNROLL
+    for (int j = 0; j < J; ++j) acc[r][j] = 0.0f;
+  }
+}
+
+// Shared memory of the cross-warp combine.
+template <int RT, int D>
+struct WarpStates {
+  float m[kDecodeWarps][RT], l[kDecodeWarps][RT];
+  float acc[kDecodeWarps][RT][D];
+};
+
+// Every warp's running state (max m, sum l, unnormalised acc) of its RT rows is combined over the
+// CTA's warps and rows [0, nr) are written as slot `slot` of the workspace.
+template <int RT, int D, class T>
+__device__ inline void combine_and_store_rows(WarpStates<RT, D>& red, const float (&m)[RT], const float (&l)[RT],
+                                              const float (&acc)[RT][D / 32], int nr, const DecodeWorkspace& ws,
+                                              const DecodePlan& plan, int slot, const AttentionBatch<T>& a,
+                                              const SeqAttention& s, int h, int group, int row0) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  KVQ_UNROLL
+  for (int r = 0; r < RT; ++r) {
+    if (lane == 0) {
+      red.m[warp][r] = m[r];
+      red.l[warp][r] = l[r];
+    }
+    KVQ_UNROLL
+    for (int j = 0; j < D / 32; ++j) red.acc[warp][r][lane + 32 * j] = acc[r][j];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < nr * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D, rg = row0 + r;
+    combine_warps_and_store(&red.acc[0][0][0], &red.m[0][0], &red.l[0][0], RT, D, r, c, ws, plan, slot,
+                            size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
   }
 }
 
