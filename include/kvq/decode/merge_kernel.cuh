@@ -59,38 +59,28 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
   s.q0 = a.cu_q[b];
   s.q_len = int32_t(a.cu_q[b + 1] - s.q0);
   if (i >= s.q_len) return;
-  s.target = cold_after(s.len + s.q_len, s.cold, plan.shape.residual, Cfg::page);
-  // Lengths fit 31 bits (the plan checks max_tokens): 32-bit divisions.
-  const int covered = int(records_path ? records_end(s) : s.len + s.q_len);
-  const int splits = (covered + plan.split_tokens - 1) / plan.split_tokens;
-  const int tails = records_path ? (int(s.len) + s.q_len - covered + kDecodeTailChunk - 1) / kDecodeTailChunk : 0;
+  s.target = cold_after(s.len + s.q_len, s.cold, plan.shape.residual, plan.page);
+  const int64_t covered = records_path ? records_end(s) : s.len + s.q_len;
+  const int splits = int((covered + plan.split_tokens - 1) / plan.split_tokens);
+  const int tails = records_path ? int((s.len + s.q_len - covered + kDecodeTailChunk - 1) / kDecodeTailChunk) : 0;
   const int slots = splits + tails;
   const size_t row = size_t(s.q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;
   auto at_of = [&](int k) { return size_t(k < splits ? k : plan.max_splits + (k - splits)) * stride + row; };
   const int t = threadIdx.x, part = t / D, c = t % D;
 
-  // Slot t's (max, sum) stay in registers for the first pass.
-  float m0 = -INFINITY, l0 = 0.0f;
-  if (t < slots) {
-    const float2 st = reinterpret_cast<const float2*>(ws.stats)[at_of(t)];
-    m0 = st.x, l0 = st.y;
-  }
-  float mx = m0;
-  for (int k = t + kMergeThreads; k < slots; k += kMergeThreads) mx = fmaxf(mx, ws.stats[2 * at_of(k)]);
+  float mx = -INFINITY;
+  for (int k = t; k < slots; k += kMergeThreads) mx = fmaxf(mx, ws.stats[2 * at_of(k)]);
   mx = merge_block_reduce(mx, scratch, [](float x, float y) { return fmaxf(x, y); });
 
   float o = 0.0f, sum = 0.0f;
   for (int base = 0; base < slots; base += kMergeThreads) {
     float w = 0.0f;
     if (base + t < slots) {
-      float ms = m0, ls = l0;
-      if (base > 0) {
-        const float2 st = reinterpret_cast<const float2*>(ws.stats)[at_of(base + t)];
-        ms = st.x, ls = st.y;
-      }
+      const size_t at = at_of(base + t);
+      const float ms = ws.stats[2 * at];
       if (ms != -INFINITY) {  // else a slot without tokens of this row (its partial output is 0)
         w = __expf(ms - mx);
-        sum += w * ls;
+        sum += w * ws.stats[2 * at + 1];
       }
     }
     __syncthreads();  // the previous chunk's weights are read

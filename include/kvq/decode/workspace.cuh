@@ -73,18 +73,14 @@ __device__ inline void combine_warps_and_store(const float* red_o, const float* 
 // Their CTA carries kDecodeRowsPerCta query rows of one KV head; lane l of a warp holds channels
 // l, l + 32, ... of each row's running state.
 
-// Query rows row0 .. row0 + RT - 1 of KV head h (GQA heads x new tokens: row rg is head rg % group
-// of new token rg / group) as fp32 in shared memory, zeros past the sequence's `rows`. One
-// division for all the rows. Followed by a barrier.
+// Query rows row0 .. row0 + RT - 1 of KV head h (GQA heads x new tokens) as fp32 in shared memory,
+// zeros past the sequence's `rows`. Followed by a barrier.
 template <class T, int RT, int D>
 __device__ inline void stage_query_rows(float (*qs)[D], const AttentionBatch<T>& a, const SeqAttention& s, int h,
                                         int group, int row0, int rows) {
-  int token = row0 / group, head = row0 - token * group;
-  KVQ_UNROLL
-  for (int r = 0; r < RT; ++r) {
-    const T* q = row0 + r < rows ? a.q + (size_t(s.q0 + token) * a.num_q_heads + h * group + head) * D : nullptr;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) qs[r][c] = q ? q[c].to_float() : 0.0f;
-    if (++head == group) head = 0, ++token;
+  for (int idx = threadIdx.x; idx < RT * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D, rg = row0 + r;
+    qs[r][c] = rg < rows ? a.q[(size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + c].to_float() : 0.0f;
   }
   __syncthreads();
 }
