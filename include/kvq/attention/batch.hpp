@@ -16,6 +16,7 @@
 // it. Decode (q_len <= R + 1) never sees a later token this way.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kvq/cache/view.hpp"
@@ -36,6 +37,13 @@ struct AttentionBatch {
   float softmax_scale = 0.0f;     // logits = softmax_scale * q.k
   float softcap = 0.0f;           // > 0: logits = softcap * tanh(logits / softcap)
 };
+
+// A logit from its dot product q.k, per the contract above (host reference and kernels share it;
+// the tensor-core kernels fold the scale into their own log2-unit form).
+KVQ_HD float attention_logit(float dot, float softmax_scale, float softcap) {
+  const float s = dot * softmax_scale;
+  return softcap > 0.0f ? softcap * tanhf(s / softcap) : s;
+}
 
 // Per-sequence check of an attention call (host reference and kernels share it). `cold` may be
 // the cold length before or after this step's append.

@@ -56,11 +56,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
   const int h = blockIdx.z / row_tiles, tile = blockIdx.z % row_tiles;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    s = resolve_attention(v, a, b, P);
-    bad = sequence_exceeds_plan(s, plan);
-  }
-  __syncthreads();
+  resolve_sequence_for_cta(v, a, plan, b, P, s, bad);
   const int64_t all_end = s.len + s.q_len;
   const int64_t start = bad ? 0 : int64_t(split) * plan.split_tokens;
   const int64_t end = bad ? 0 : (all_end < start + plan.split_tokens ? all_end : start + plan.split_tokens);
@@ -93,8 +89,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
       dot = warp_sum(dot);
       const int rg = row0 + r;
       if (rg >= rows || t > s.len + rg / group) continue;  // padding row, or a future token (causal)
-      float logit = dot * a.softmax_scale;
-      if (a.softcap > 0.0f) logit = a.softcap * tanhf(logit / a.softcap);
+      const float logit = attention_logit(dot, a.softmax_scale, a.softcap);
       const float m_new = fmaxf(m[r], logit);
       const float corr = __expf(m[r] - m_new), p = __expf(logit - m_new);
       l[r] = l[r] * corr + p;

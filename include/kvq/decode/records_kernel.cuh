@@ -99,11 +99,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   const int row_tiles = (group * plan.shape.max_q_len + ROWS - 1) / ROWS;
   const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * ROWS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
-  if (threadIdx.x == 0) {
-    s = resolve_attention(v, a, b, P);
-    bad = sequence_exceeds_plan(s, plan);
-  }
-  __syncthreads();
+  resolve_sequence_for_cta(v, a, plan, b, P, s, bad);
   const int64_t rec_end = bad ? 0 : records_end(s);
   const int64_t start = int64_t(split) * plan.split_tokens;
   const int64_t end = rec_end < start + plan.split_tokens ? rec_end : start + plan.split_tokens;

@@ -41,11 +41,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
   const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * RT;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    s = resolve_attention(v, a, b, P);
-    bad = sequence_exceeds_plan(s, plan);
-  }
-  __syncthreads();
+  resolve_sequence_for_cta(v, a, plan, b, P, s, bad);
   if (bad) {
     if (threadIdx.x == 0) reject_sequence(ws, b, flags);
     return;
@@ -95,8 +91,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
     KVQ_UNROLL
     for (int tw = 0; tw < TW; ++tw) {
       const int64_t t = start + warp + kDecodeWarps * tw;
-      float logit = dot[tw] * a.softmax_scale;
-      if (a.softcap > 0.0f) logit = a.softcap * tanhf(logit / a.softcap);
+      const float logit = attention_logit(dot[tw], a.softmax_scale, a.softcap);
       x[tw] = t < end && t <= last ? logit : -INFINITY;
       mx = fmaxf(mx, x[tw]);
     }

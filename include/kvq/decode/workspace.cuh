@@ -42,6 +42,18 @@ KVQ_HD bool sequence_exceeds_plan(const SeqAttention& s, const DecodePlan& plan)
          s.len + s.q_len > int64_t(plan.max_splits) * plan.split_tokens;
 }
 
+// CTA-wide: thread 0 resolves sequence b into the shared `s` and whether the plan cannot serve it
+// into the shared `bad`; every thread returns after the barrier that publishes them.
+template <class T>
+__device__ inline void resolve_sequence_for_cta(const CacheView<T>& v, const AttentionBatch<T>& a, const DecodePlan& plan,
+                                                int b, int page, SeqAttention& s, int& bad) {
+  if (threadIdx.x == 0) {
+    s = resolve_attention(v, a, b, page);
+    bad = sequence_exceeds_plan(s, plan);
+  }
+  __syncthreads();
+}
+
 __device__ inline void reject_sequence(const DecodeWorkspace& ws, int b, uint32_t* flags) {
   ws.status[b] = 1;
   atomicOr(flags, uint32_t(kFlagBadSequence));

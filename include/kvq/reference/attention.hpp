@@ -79,8 +79,7 @@ Status attention(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<t
           for (int64_t j = 0; j < keys; ++j) {
             float s = 0.0f;
             for (int c = 0; c < D; ++c) s += q[c].to_float() * k[size_t(j) * D + c];
-            s *= a.softmax_scale;
-            if (a.softcap > 0.0f) s = a.softcap * std::tanh(s / a.softcap);
+            s = attention_logit(s, a.softmax_scale, a.softcap);
             logits[size_t(j)] = s;
             m = std::max(m, s);
           }
