@@ -30,6 +30,10 @@ set(KVQ_CONFIGS
   "bf16_d128_p128_int2_g64|kvq::bf16|128|128|kvq::Int2<64>|kvq::Int2<64>"
   "bf16_d256_p128_k4v2|kvq::bf16|256|128|kvq::Int4<32>|kvq::Int2<32>"
   "bf16_d64_p32_int2_g16|kvq::bf16|64|32|kvq::Int2<16>|kvq::Int2<16>"
+  # key groups that are not a multiple of 16 tokens (and values of fewer channels than a packed
+  # word): the element-wise decode kernel serves these, not the tensor-core records kernel
+  "bf16_d128_p64_int2_k8|kvq::bf16|128|64|kvq::Int2<8>|kvq::Int2<32>"
+  "fp16_d64_p32_int4_k8v4|kvq::fp16|64|32|kvq::Int4<8>|kvq::Int2<4>"
   # fp16 models
   "fp16_d128_p64_none|kvq::fp16|128|64|kvq::NoQuant|kvq::NoQuant"
   "fp16_d128_p64_int2|kvq::fp16|128|64|kvq::Int2<32>|kvq::Int2<32>"
