@@ -10,7 +10,10 @@
 // loads: the output might alias the cache).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "kvq/attention/token_source.hpp"
 #include "kvq/dequant/dequantize.hpp"
@@ -38,6 +41,25 @@ KVQ_DEVICE uint4 pack_chunk(const float (&f)[kDequantChunk]) {
   for (int e = 0; e < kDequantChunk; e += 2)
     w[e / 2] = uint32_t(T::from_float_saturate(f[e]).bits) | uint32_t(T::from_float_saturate(f[e + 1]).bits) << 16;
   return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The same for 8 values an INT2/INT4 decode produced (fma of an integer code with an fp16 scale
+// and zero point): such a value is 0 or at least 2^-24 in magnitude, never an fp32 subnormal, and
+// a NaN among them is the canonical one the fma returns, so for bf16 the hardware's
+// round-to-nearest-even pair conversion (one instruction a pair) gives exactly from_float's bits.
+template <class T, class Q>
+KVQ_DEVICE uint4 pack_decoded_chunk(const float (&f)[kDequantChunk]) {
+  if constexpr (std::is_same_v<T, bf16> && Q::kind == QuantKind::kAsym) {
+    uint32_t w[kDequantChunk / 2];
+    KVQ_UNROLL
+    for (int e = 0; e < kDequantChunk; e += 2) {
+      const __nv_bfloat162 p = __floats2bfloat162_rn(f[e], f[e + 1]);  // f[e] in the low half
+      w[e / 2] = *reinterpret_cast<const uint32_t*>(&p);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+    return pack_chunk<T>(f);
+  }
 }
 
 template <class Cfg>
@@ -91,8 +113,8 @@ __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
           float kf[kDequantChunk], vf[kDequantChunk];
           decode_record_chunk<Cfg, Role::kKey>(record, idx / chunks, (idx % chunks) * kDequantChunk, kf);
           decode_record_chunk<Cfg, Role::kValue>(record, idx / chunks, (idx % chunks) * kDequantChunk, vf);
-          kq[j] = pack_chunk<T>(kf);
-          vq[j] = pack_chunk<T>(vf);
+          kq[j] = pack_decoded_chunk<T, typename Cfg::k_quant>(kf);
+          vq[j] = pack_decoded_chunk<T, typename Cfg::v_quant>(vf);
         }
         KVQ_UNROLL
         for (int j = 0; j < batch; ++j) {
