@@ -226,14 +226,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     npages = kmax + 1;
   }
   const int nmacro = (ntiles + U - 1) / U;
-  // Record (+ 16 * lane) of the warp's page kp; null past the warp's last page (never copied).
+  // Record (+ 16 * lane) of the warp's page kp (page base / P + 4 kp of the sequence): record
+  // (page, h) of a pool lies at pool + h * record_bytes + page * stride, so one 64-bit multiply-add
+  // from bases computed once. Past the warp's last page: its last page again (copied into a stage
+  // the loop never reads, so the copy path has no branch; the bytes come from L2).
+  const int64_t stride = int64_t(v.num_kv_heads) * int64_t(Cfg::record_bytes);
+  const int64_t page0 = base / P, cold_pages = s.cold / P;
+  const int32_t* bt_row = v.block_table + int64_t(b) * v.max_pages_per_seq + page0;
+  const int cold_rel = cold_pages - page0 < int64_t(4) * npages ? int(cold_pages - page0) : 4 * npages;  // may be < 0
+  const uint8_t* cold_h = v.cold + int64_t(h) * int64_t(Cfg::record_bytes) + 16 * lane;
+  const uint8_t* trans_h = transition + int64_t(h) * int64_t(Cfg::record_bytes) + 16 * lane;
   auto page_record = [&](int kp) -> const uint8_t* {
-    if (kp >= npages) return nullptr;
-    const int64_t page = base / P + 4 * kp;
-    const uint8_t* r = page * P < s.cold
-                           ? v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + page], h, v.num_kv_heads, Cfg::record_bytes)
-                           : transition + record_offset(page - s.cold / P, h, v.num_kv_heads, Cfg::record_bytes);
-    return r + 16 * lane;
+    const int rel = 4 * (kp < npages ? kp : npages - 1);
+    return rel < cold_rel ? cold_h + int64_t(bt_row[rel]) * stride : trans_h + (rel + page0 - cold_pages) * stride;
   };
   // Records of macro-iteration mm's pages.
   auto macro_records = [&](int mm, const uint8_t* (&r)[NPM]) {
@@ -245,8 +250,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
   const uint32_t ring_lane = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + 16 * lane;
   auto issue = [&](const uint8_t* const (&r)[NPM], int mm, int t) {  // tile t of macro-iteration mm
-    const uint8_t* rec = r[U >= TPP ? t / TPP : 0];
-    if (rec) Tile::copy(ring_lane + t * Tile::bytes, rec, 16 * tile_in_page(mm, t), lane);
+    Tile::copy(ring_lane + t * Tile::bytes, r[U >= TPP ? t / TPP : 0], 16 * tile_in_page(mm, t), lane);
     cp_async_commit();
   };
 
@@ -446,9 +450,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
 
   const uint8_t* rec_cur[NPM];
   const uint8_t* rec_next[NPM];
-  macro_records(0, rec_cur);
-  KVQ_UNROLL
-  for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
+  if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
+    macro_records(0, rec_cur);
+    KVQ_UNROLL
+    for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
+  }
   for (int mm = 0; mm < nmacro; ++mm) {
     macro_records(mm + 1, rec_next);
     KVQ_UNROLL
