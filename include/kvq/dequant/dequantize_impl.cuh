@@ -47,6 +47,8 @@ KVQ_DEVICE uint4 pack_chunk(const float (&f)[kDequantChunk]) {
 // and zero point): such a value is 0 or at least 2^-24 in magnitude, never an fp32 subnormal, and
 // a NaN among them is the canonical one the fma returns, so for bf16 the hardware's
 // round-to-nearest-even pair conversion (one instruction a pair) gives exactly from_float's bits.
+// No saturation is needed: the encoder keeps scales and zero points finite fp16 (inputs beyond
+// the fp16 range are clamped, quant/scalar.hpp), so |code * scale + zero| < 16 * 65504 + 65504.
 template <class T, class Q>
 KVQ_DEVICE uint4 pack_decoded_chunk(const float (&f)[kDequantChunk]) {
   if constexpr (std::is_same_v<T, bf16> && Q::kind == QuantKind::kAsym) {
