@@ -24,8 +24,9 @@ struct PrefillCase {
     return 4.0 * double(chunk) * double(prefix) * D * HQ + 2.0 * double(chunk) * double(chunk) * D * HQ;
   }
 
-  // rows_per_cta: 0 = the library's choice; the "prefill_alt" entries run the other CTA height.
-  static void run(benchmark::State& state, int64_t chunk, int64_t prefix, int rows_per_cta) {
+  // rows_per_cta, kernel, tile_tokens: as plan_prefill takes them (0, kAuto, 0: the library's choice).
+  static void run(benchmark::State& state, int64_t chunk, int64_t prefix, int rows_per_cta, kvq::PrefillKernel kernel,
+                  int tile_tokens) {
     const int batch = 1;
     BenchCache<Cfg> c(batch, prefix, int(chunk), chunk / P + 2);
     DecodeCase<Cfg>::fill_pool(c);
@@ -43,7 +44,7 @@ struct PrefillCase {
     a.softmax_scale = 1.0f / std::sqrt(float(D));
     kvq::PrefillPlan plan;
     if (kvq::plan_prefill<Cfg>(kvq::PrefillShape{batch, HQ, H, R, prefix + chunk, int32_t(chunk), chunk}, &plan,
-                                   rows_per_cta) !=
+                                   rows_per_cta, kernel, tile_tokens) !=
         kvq::Status::kSuccess) {
       state.SkipWithError("plan failed");
       return;
@@ -58,21 +59,39 @@ struct PrefillCase {
         state.SkipWithError("prefill failed");
     });
     state.counters["rows_per_cta"] = plan.rows_per_cta;
+    state.counters["wgmma"] = plan.kernel == kvq::PrefillKernel::kWgmma ? 1 : 0;
+    state.counters["tile_tokens"] = plan.tile_tokens;
     state.counters["flops"] = flops(chunk, prefix);
     state.counters["TFLOPs"] = benchmark::Counter(flops(chunk, prefix) * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   }
 
+  // "prefill/": the library's choice (on an sm_90a build with a Hopper GPU the wgmma kernel with
+  // 64-token tiles); "prefill_w32/": the wgmma kernel with 32-token tiles; "prefill_alt/": the
+  // mma.sync kernel (the sm_80 path) at the CTA height the library would give it.
   static void register_all(const std::string& name) {
     kvq::PrefillPlan def;
     if (kvq::plan_prefill<Cfg>(kvq::PrefillShape{1, HQ, H, R, 1, 1, 1}, &def) != kvq::Status::kSuccess) return;
-    const int alt = def.rows_per_cta == kvq::kPrefillRowsSmall ? kvq::kPrefillRowsLarge : kvq::kPrefillRowsSmall;
-    for (int rows : {0, alt})
+    struct Variant {
+      const char* prefix;
+      int rows;
+      kvq::PrefillKernel kernel;
+      int tile;
+    };
+    std::vector<Variant> variants{{"prefill/", 0, kvq::PrefillKernel::kAuto, 0}};
+    if (def.kernel == kvq::PrefillKernel::kWgmma) {
+      variants.push_back({"prefill_w32/", 0, kvq::PrefillKernel::kWgmma, 32});
+      variants.push_back({"prefill_alt/", 0, kvq::PrefillKernel::kMmaSync, 0});
+    } else {
+      variants.push_back({"prefill_alt/", def.rows_per_cta == kvq::kPrefillRowsSmall ? kvq::kPrefillRowsLarge : kvq::kPrefillRowsSmall,
+                          kvq::PrefillKernel::kMmaSync, 0});
+    }
+    for (const Variant& var : variants)
       for (int64_t chunk : {2048, 8192})
         for (int64_t prefix : {0, 30720, 122880})
-          benchmark::RegisterBenchmark((std::string(rows ? "prefill_alt/" : "prefill/") + name + "/chunk:" + std::to_string(chunk) +
-                                        "/prefix:" + std::to_string(prefix))
+          benchmark::RegisterBenchmark((std::string(var.prefix) + name + "/chunk:" + std::to_string(chunk) + "/prefix:" +
+                                        std::to_string(prefix))
                                            .c_str(),
-                                       [=](benchmark::State& s) { run(s, chunk, prefix, rows); })
+                                       [=](benchmark::State& s) { run(s, chunk, prefix, var.rows, var.kernel, var.tile); })
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond);
   }

@@ -3,8 +3,9 @@
 columns) and a markdown table, with PyTorch SDPA's (bench/sdpa_prefill.py CSV) beside them.
 
 usage: bench/prefill_csv.py RUN.json --csv OUT.csv [--sdpa SDPA.csv] --commit C --gpu NAME
-Medians only; "prefill/" entries (the library's default CTA height) go to the CSV, "prefill_alt/"
-entries (the other height) only to the table. tflops: the issue's count
+Medians only; "prefill/" entries (the library's default kernel) go to the CSV, "prefill_alt/"
+(the mma.sync kernel where the default is wgmma, else the other CTA height) and "prefill_w32/" (the
+wgmma kernel with 32-token tiles) entries only to the table. tflops: the issue's count
 4 chunk prefix D Hq + 2 chunk^2 D Hq over the time; ratio_vs_none: time(none) / time(format)."""
 import argparse
 import csv
@@ -24,7 +25,8 @@ for b in run["benchmarks"]:
         continue
     kind, fmt, chunk, prefix = b["run_name"].removesuffix("/manual_time").split("/")
     rows.append(dict(kind=kind, format=fmt, chunk=int(chunk.split(":")[1]), prefix=int(prefix.split(":")[1]),
-                     time_us=b["real_time"], tflops=b["flops"] / b["real_time"] * 1e-6, rows=int(b["rows_per_cta"])))
+                     time_us=b["real_time"], tflops=b["flops"] / b["real_time"] * 1e-6, rows=int(b["rows_per_cta"]),
+                     kern=("wgmma/" + str(int(b["tile_tokens"]))) if b.get("wgmma") else "mma.sync"))
 none = {(r["chunk"], r["prefix"]): r["time_us"] for r in rows if r["format"] == "none" and r["kind"] == "prefill"}
 sdpa = {}
 if args.sdpa:
@@ -43,15 +45,18 @@ with open(args.csv, "w", newline="") as f:
                     f"{r['tflops']:.1f}", f"{none[key] / r['time_us']:.3f}" if key in none else "", args.gpu,
                     args.commit, date])
 order = ["none", "int8", "int4", "int2", "k4v2"]
-print("| format | chunk | prefix | rows/CTA | time (us) | TFLOP/s | vs none | other height: TFLOP/s | SDPA bf16 (us, TFLOP/s) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| format | chunk | prefix | kernel | time (us) | TFLOP/s | vs none | wgmma 32-token tiles: TFLOP/s | alt: TFLOP/s | SDPA bf16 (us, TFLOP/s) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 alt = {(r["format"], r["chunk"], r["prefix"]): r for r in rows if r["kind"] == "prefill_alt"}
+w32 = {(r["format"], r["chunk"], r["prefix"]): r for r in rows if r["kind"] == "prefill_w32"}
 for r in sorted((r for r in rows if r["kind"] == "prefill"), key=lambda r: (order.index(r["format"]), r["chunk"], r["prefix"])):
     key = (r["chunk"], r["prefix"])
     a = alt.get((r["format"], r["chunk"], r["prefix"]))
     s = f"{sdpa[key][0]:.0f}, {sdpa[key][1]:.0f}" if key in sdpa else ""
     ratio = f"{none[key] / r['time_us']:.2f}x" if key in none else ""
-    other = f"{a['tflops']:.0f} ({a['rows']} rows)" if a else ""
-    print(f"| {r['format']} | {r['chunk']} | {r['prefix']} | {r['rows']} | {r['time_us']:.0f} | {r['tflops']:.0f} | {ratio} | "
-          f"{other} | {s} |")
+    other = f"{a['tflops']:.0f} ({a['kern']}, {a['rows']} rows)" if a else ""
+    x = w32.get((r["format"], r["chunk"], r["prefix"]))
+    t32 = f"{x['tflops']:.0f}" if x else ""
+    print(f"| {r['format']} | {r['chunk']} | {r['prefix']} | {r['kern']} | {r['time_us']:.0f} | {r['tflops']:.0f} | {ratio} | "
+          f"{t32} | {other} | {s} |")
 print(f"\ndate {run['context']['date']}")

@@ -12,6 +12,28 @@
 
 namespace kvq_test {
 
+// The prefill kernel the checks plan for (kAuto: the library's choice, the wgmma kernel on an
+// sm_90a build with a Hopper GPU); a test case that covers another one sets it for its scope.
+struct PrefillChoice {
+  kvq::PrefillKernel kernel = kvq::PrefillKernel::kAuto;
+  int tile_tokens = 0;
+};
+inline PrefillChoice& prefill_choice() {
+  static PrefillChoice c;
+  return c;
+}
+struct ScopedPrefillChoice {
+  PrefillChoice saved;
+  ScopedPrefillChoice(kvq::PrefillKernel kernel, int tile_tokens) : saved(prefill_choice()) {
+    prefill_choice() = PrefillChoice{kernel, tile_tokens};
+  }
+  ~ScopedPrefillChoice() { prefill_choice() = saved; }
+};
+template <class Cfg>
+kvq::Status plan_prefill_as_chosen(const kvq::PrefillShape& shape, kvq::PrefillPlan* plan) {
+  return kvq::plan_prefill<Cfg>(shape, plan, 0, prefill_choice().kernel, prefill_choice().tile_tokens);
+}
+
 // Runs kvq::prefill into poisoned output, twice (the same bits both times).
 template <class Cfg>
 std::vector<typename Cfg::dtype> run_prefill(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
@@ -45,7 +67,7 @@ std::vector<typename Cfg::dtype> prefill_step_and_check(kvq::reference::HostCach
   }
   kvq::PrefillPlan plan;
   const kvq::PrefillShape shape{batch, heads * group, heads, host.view().residual, max_tokens, max_q, total};
-  REQUIRE(kvq::plan_prefill<Cfg>(shape, &plan) == kvq::Status::kSuccess);
+  REQUIRE(plan_prefill_as_chosen<Cfg>(shape, &plan) == kvq::Status::kSuccess);
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
   const std::string where = where_base + " group " + std::to_string(group) + " max chunk " + std::to_string(max_q);
   std::vector<T> out = attention_step_and_check<Cfg>(host, dev, counts, group, softcap, q, nk, nv, heads, where,
@@ -175,7 +197,7 @@ void check_prefill_schedule(uint64_t seed) {
   const kvq::AttentionBatch<T> a = host_attention_batch(fresh.lengths(), heads * group, cu, all_q, all_k, all_v, D, softcap);
   DeviceAttention<T> d(a, cu, all_q, all_k, all_v, dev_fresh.cold_len.get());
   kvq::PrefillPlan plan;
-  REQUIRE(kvq::plan_prefill<Cfg>(kvq::PrefillShape{batch, heads * group, heads, residual, max_q, max_q, cu.back()}, &plan) ==
+  REQUIRE(plan_prefill_as_chosen<Cfg>(kvq::PrefillShape{batch, heads * group, heads, residual, max_q, max_q, cu.back()}, &plan) ==
           kvq::Status::kSuccess);
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
   const std::vector<T> one_shot = run_prefill<Cfg>(dev_fresh.view(fresh), d, plan, d_flags.get(), base + " one-shot attention");

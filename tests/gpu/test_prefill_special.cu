@@ -91,6 +91,19 @@ TEST_SUITE("gpu") {
     CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 4, kR, 400, 10, 20}, &p) == kvq::Status::kInvalidShape);
     CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 2, 70, 400, 10, 20}, &p) == kvq::Status::kConfigMismatch);
     CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 2, kR, 400, 10, 20}, nullptr) == kvq::Status::kNullPointer);
+    const kvq::PrefillShape ok{2, 6, 2, kR, 400, 10, 20};
+    CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma, 48) == kvq::Status::kInvalidShape);  // tile
+    CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, static_cast<kvq::PrefillKernel>(7)) == kvq::Status::kInvalidShape);
+    if (kvq::detail::prefill_wgmma_available<Cfg>()) {
+      CHECK(kvq::plan_prefill<Cfg>(ok, &p, kvq::kPrefillRowsSmall, kvq::PrefillKernel::kWgmma) == kvq::Status::kInvalidShape);
+      REQUIRE(kvq::plan_prefill<Cfg>(ok, &p) == kvq::Status::kSuccess);
+      CHECK(p.kernel == kvq::PrefillKernel::kWgmma);
+      CHECK(p.tile_tokens == kvq::kPrefillWgmmaTileTokens);
+    } else {
+      CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma) == kvq::Status::kNotInstantiated);
+    }
+    REQUIRE(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kMmaSync) == kvq::Status::kSuccess);
+    CHECK(p.kernel == kvq::PrefillKernel::kMmaSync);
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(flags.download()[0] == 0u);
   }

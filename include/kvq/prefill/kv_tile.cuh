@@ -3,8 +3,9 @@
 // says each token lives (attention/token_source.hpp).
 //
 // Shared memory (per buffer):
-//   k, v  [BN][D] of T, row-major, 16-byte chunks swizzled: chunk c of row r sits at chunk
-//         c ^ (r % 8) of the row, so the 8 rows an ldmatrix reads hit 8 different bank groups.
+//   k, v  [D / 64 panels][BN][64] of T: 128-byte rows, 16-byte chunk c of row r at chunk c ^ (r % 8)
+//         of its row (numeric/wgmma.cuh, panel_chunk): the layout wgmma reads with 128-byte
+//         swizzle descriptors, and the 8 rows an ldmatrix reads hit 8 different bank groups.
 //   raw   the quantized bytes of the tile (only for quantized roles), BN / SP staged pages of SP
 //         tokens, each laid out like a record of page SP (record_layout.hpp):
 //           kc  K codes   [SP tokens] (token-major words, packing.hpp)
@@ -29,6 +30,7 @@
 #include "kvq/cache/append_plan.hpp"
 #include "kvq/cache/config.hpp"
 #include "kvq/numeric/mma.cuh"
+#include "kvq/numeric/wgmma.cuh"
 #include "kvq/quant/chunk_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
@@ -64,7 +66,7 @@ struct KvTile {
   static constexpr size_t raw_bytes = page_bytes * staged_pages;
   static constexpr size_t rows_bytes = size_t(BN) * D * sizeof(T);  // k or v of one buffer
 
-  KVQ_DEVICE static int swizzle(int row, int chunk) { return row * chunks + (chunk ^ (row & 7)); }
+  KVQ_DEVICE static int swizzle(int row, int chunk) { return panel_chunk(BN, row, chunk); }
 
   // Source of byte `at` of the staged page whose first token is `off` tokens into `record`.
   KVQ_DEVICE static const uint8_t* staged_source(const uint8_t* record, int off, size_t at) {

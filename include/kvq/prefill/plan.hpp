@@ -23,6 +23,13 @@ constexpr int prefill_rows_per_cta(int head_dim, bool /*quantized*/) {
   return head_dim <= 128 ? kPrefillRowsLarge : kPrefillRowsSmall;
 }
 
+// The tensor-core kernel that serves a plan: mma.sync (sm_80 and sm_90, every head dim; CTAs of
+// kPrefillRowsSmall or kPrefillRowsLarge rows) or, on Hopper, wgmma (an sm_90a build on a
+// compute capability 9.0 GPU, head dims 64 and 128; CTAs of two warpgroups, kPrefillRowsLarge
+// rows, K/V tiles of tile_tokens = 32 or 64 tokens). kAuto: wgmma where available.
+enum class PrefillKernel : int32_t { kAuto = -1, kMmaSync = 0, kWgmma = 1 };
+constexpr int kPrefillWgmmaTileTokens = 64;  // the default K/V tile of the wgmma kernel
+
 struct PrefillShape {
   int32_t batch;         // sequences (upper bound)
   int32_t num_q_heads;
@@ -41,6 +48,8 @@ struct PrefillPlan {
   int32_t head_dim, page;
   size_t record_bytes;
   int32_t rows_per_cta;      // kPrefillRowsSmall or kPrefillRowsLarge
+  PrefillKernel kernel;      // kMmaSync or kWgmma (never kAuto in a plan)
+  int32_t tile_tokens;       // K/V tile of the wgmma kernel (32 or 64); 0 for mma.sync
   int32_t row_tiles;         // CTAs per (sequence, KV head): ceil(group * max_q_len / rows_per_cta)
   int32_t transition_pages;  // R/P + 1
   size_t transition_offset, workspace_bytes;
@@ -64,6 +73,8 @@ inline Status plan_prefill(const PrefillShape& s, int head_dim, int page, size_t
   p.page = page;
   p.record_bytes = record_bytes;
   p.rows_per_cta = rows_per_cta;
+  p.kernel = PrefillKernel::kMmaSync;
+  p.tile_tokens = 0;
   p.row_tiles = int32_t(row_tiles);
   p.transition_pages = s.residual / page + 1;
   p.transition_offset = 0;

@@ -6,7 +6,8 @@
 // Computes the attention contract of kvq/attention/batch.hpp for chunks of any length: each new
 // query attends to its sequence's whole prefix (cold pages dequantized into shared memory tile by
 // tile, never written out; hot rows as stored) and causally to its own chunk's fresh K/V, with
-// tensor cores (mma.sync m16n8k16, sm_80 and sm_90). The GQA group of a KV head is packed into
+// tensor cores (mma.sync m16n8k16 on sm_80 and sm_90; on Hopper, with an sm_90a build, warpgroup
+// wgmma for head dims 64 and 128). The GQA group of a KV head is packed into
 // the query rows of a CTA, so each K/V tile is read and dequantized once for the whole group.
 // No alignment: a chunk may start and end anywhere. No host synchronisation, no allocation.
 //
@@ -23,9 +24,13 @@
 
 KVQ_NAMESPACE_BEGIN
 
-// rows_per_cta: 0 (the default choice) or kPrefillRowsSmall / kPrefillRowsLarge.
+// rows_per_cta: 0 (the default choice) or kPrefillRowsSmall / kPrefillRowsLarge. kernel: kAuto
+// takes the wgmma kernel where this build and the current device have it (and rows_per_cta is 0
+// or kPrefillRowsLarge), else mma.sync; kWgmma where it is not available is kNotInstantiated.
+// tile_tokens: the wgmma kernel's K/V tile, 0 (kPrefillWgmmaTileTokens), 32 or 64.
 template <class Cfg>
-Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_cta = 0);
+Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_cta = 0,
+                    PrefillKernel kernel = PrefillKernel::kAuto, int tile_tokens = 0);
 
 // cache, batch, workspace, out, flags: device memory. out: [cu_q[batch]][num_q_heads][head_dim]
 // of the model dtype. A sequence whose lengths, slot or pages are invalid on the device (or which

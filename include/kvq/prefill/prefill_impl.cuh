@@ -5,7 +5,8 @@
 //  1. transition (attention/transition.cuh): prefix pages that turn cold in this step are
 //     quantized into the workspace with the append's own code, so the result does not depend on
 //     whether the step's append ran before;
-//  2. prefill_kernel (prefill_kernel.cuh): grid (row tiles, batch, KV heads), 128 threads.
+//  2. the attention kernel, grid (row tiles, batch, KV heads): prefill_kernel.cuh (mma.sync, 128
+//     threads) or, where the plan says so, prefill_wgmma_kernel.cuh (Hopper wgmma, 256 threads).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 #include "kvq/attention/transition.cuh"
 #include "kvq/prefill/prefill.hpp"
 #include "kvq/prefill/prefill_kernel.cuh"
+#include "kvq/prefill/prefill_wgmma_kernel.cuh"
 
 KVQ_NAMESPACE_BEGIN
 
@@ -29,13 +31,53 @@ Status launch_prefill(const CacheView<typename Cfg::dtype>& cache, const Attenti
                             stream>>>(cache, batch, plan, transition, out, flags);
   return Status::kSuccess;
 }
+
+template <class Cfg, int BN>
+Status launch_prefill_wgmma(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
+                            const PrefillPlan& plan, uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags,
+                            cudaStream_t stream) {
+  constexpr size_t smem = PrefillWgmmaSmem<Cfg, BN>::bytes;
+  if (cudaFuncSetAttribute(prefill_wgmma_kernel<Cfg, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
+      cudaSuccess)
+    return Status::kCudaError;
+  prefill_wgmma_kernel<Cfg, BN><<<dim3(unsigned(plan.row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads)),
+                                  kPrefillWgmmaThreads, smem, stream>>>(cache, batch, plan, transition, out, flags);
+  return Status::kSuccess;
+}
+
+// Whether this binary has the wgmma kernel of Cfg and the current device runs it.
+template <class Cfg>
+bool prefill_wgmma_available() {
+  if constexpr (Cfg::head_dim > 128) {
+    return false;
+  } else {
+    int dev = 0;
+    return cudaGetDevice(&dev) == cudaSuccess && wgmma_available(dev);
+  }
+}
 }  // namespace detail
 
 // rows_per_cta: 0 picks prefill_rows_per_cta(head_dim, quantized); kPrefillRowsSmall or
 // kPrefillRowsLarge force one (benchmarks compare them).
 template <class Cfg>
-Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_cta) {
+Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_cta, PrefillKernel kernel, int tile_tokens) {
   constexpr bool quantized = Cfg::k_quant::kind != QuantKind::kNone || Cfg::v_quant::kind != QuantKind::kNone;
+  if (kernel != PrefillKernel::kAuto && kernel != PrefillKernel::kMmaSync && kernel != PrefillKernel::kWgmma)
+    return Status::kInvalidShape;
+  if (tile_tokens != 0 && tile_tokens != 32 && tile_tokens != 64) return Status::kInvalidShape;
+  const bool wgmma = kernel == PrefillKernel::kWgmma ||
+                     (kernel == PrefillKernel::kAuto && (rows_per_cta == 0 || rows_per_cta == kPrefillRowsLarge) &&
+                      detail::prefill_wgmma_available<Cfg>());
+  if (wgmma) {
+    if (!detail::prefill_wgmma_available<Cfg>()) return Status::kNotInstantiated;
+    if (rows_per_cta != 0 && rows_per_cta != kPrefillRowsLarge) return Status::kInvalidShape;
+    const Status st = plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, kPrefillRowsLarge, plan);
+    if (st == Status::kSuccess) {
+      plan->kernel = PrefillKernel::kWgmma;
+      plan->tile_tokens = tile_tokens ? tile_tokens : kPrefillWgmmaTileTokens;
+    }
+    return st;
+  }
   if (rows_per_cta == 0) rows_per_cta = prefill_rows_per_cta(Cfg::head_dim, quantized);
   if (Cfg::head_dim > 128 && rows_per_cta != kPrefillRowsSmall) return Status::kInvalidShape;  // registers
   return plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, rows_per_cta, plan);
@@ -57,10 +99,25 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
   uint8_t* transition = static_cast<uint8_t*>(workspace) + plan.transition_offset;
   detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, transition, stream);
   Status launched = Status::kInvalidShape;
-  if (plan.rows_per_cta == kPrefillRowsSmall)
+  if (plan.kernel == PrefillKernel::kWgmma) {
+    // A plan for the wgmma kernel comes from a binary and device that have it (plan_prefill<Cfg>);
+    // a binary without it refuses the plan instead of running something else.
+#if defined(KVQ_ENABLE_WGMMA)
+    if constexpr (Cfg::head_dim <= 128) {
+      if (plan.tile_tokens == 32)
+        launched = detail::launch_prefill_wgmma<Cfg, 32>(cache, batch, plan, transition, out, flags, stream);
+      else if (plan.tile_tokens == 64)
+        launched = detail::launch_prefill_wgmma<Cfg, 64>(cache, batch, plan, transition, out, flags, stream);
+    } else {
+      launched = Status::kNotInstantiated;
+    }
+#else
+    launched = Status::kNotInstantiated;
+#endif
+  } else if (plan.kernel == PrefillKernel::kMmaSync && plan.rows_per_cta == kPrefillRowsSmall)
     launched = detail::launch_prefill<Cfg, kPrefillRowsSmall>(cache, batch, plan, transition, out, flags, stream);
   if constexpr (Cfg::head_dim <= 128)
-    if (plan.rows_per_cta == kPrefillRowsLarge)
+    if (plan.kernel == PrefillKernel::kMmaSync && plan.rows_per_cta == kPrefillRowsLarge)
       launched = detail::launch_prefill<Cfg, kPrefillRowsLarge>(cache, batch, plan, transition, out, flags, stream);
   if (launched != Status::kSuccess) return launched;
   return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
@@ -71,6 +128,6 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
                                           const ::kvq::AttentionBatch<typename Cfg::dtype>&,                      \
                                           const ::kvq::PrefillPlan&, void*, size_t, typename Cfg::dtype*, uint32_t*, \
                                           cudaStream_t);                                                          \
-  template ::kvq::Status kvq::plan_prefill<Cfg>(const ::kvq::PrefillShape&, ::kvq::PrefillPlan*, int)
+  template ::kvq::Status kvq::plan_prefill<Cfg>(const ::kvq::PrefillShape&, ::kvq::PrefillPlan*, int, ::kvq::PrefillKernel, int)
 
 KVQ_NAMESPACE_END

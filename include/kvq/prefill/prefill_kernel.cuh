@@ -33,7 +33,7 @@ constexpr int prefill_tile_tokens(int head_dim, int rows_per_cta) {
   return head_dim > 128 || rows_per_cta > 16 * kPrefillWarps ? 32 : 64;
 }
 
-// Dynamic shared memory: q [BM][D] (swizzled like the K/V rows), three K/V buffers, two raw stages.
+// Dynamic shared memory: q [BM][D] (panels of 128-byte swizzled rows like the K/V tiles), three K/V buffers, two raw stages.
 template <class Cfg, int BM>
 struct PrefillSmem {
   using Tile = KvTile<Cfg, prefill_tile_tokens(Cfg::head_dim, BM)>;
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
   // Queries of the tile's rows (zeros past the sequence's rows).
   for (int idx = threadIdx.x; idx < BM * CH; idx += blockDim.x) {
     const int r = idx / CH, c = idx % CH, rg = row0 + r;
-    uint8_t* dst = qs + size_t(Tile::swizzle(r, c)) * 16;
+    uint8_t* dst = qs + size_t(panel_chunk(BM, r, c)) * 16;
     if (rg < rows)
       cp_async16(dst, a.q + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + 8 * c);
     else
@@ -150,8 +150,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
         uint32_t qa[MW][4];
         KVQ_UNROLL
         for (int mw = 0; mw < MW; ++mw)
-          ldmatrix_x4(qa[mw], qs + size_t(Tile::swizzle(16 * (MW * warp + mw) + (lane & 7) + 8 * ((lane >> 3) & 1),
-                                                         2 * kk + (lane >> 4))) * 16);
+          ldmatrix_x4(qa[mw], qs + size_t(panel_chunk(BM, 16 * (MW * warp + mw) + (lane & 7) + 8 * ((lane >> 3) & 1),
+                                                      2 * kk + (lane >> 4))) * 16);
         KVQ_UNROLL
         for (int np = 0; np < NT / 2; ++np) {
           uint32_t kb[4];
