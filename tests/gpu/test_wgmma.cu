@@ -1,5 +1,6 @@
 // The wgmma primitives of numeric/wgmma.cuh on their own (sm_90a builds on an sm_90 GPU): one
-// warpgroup computes S = Q K^T (both operands in swizzled shared-memory panels, K-major) and
+// warpgroup computes S = Q K^T (both operands in swizzled shared-memory panels, K-major; and again
+// with Q from registers) and
 // O = P V (P from registers in the A layout, V MN-major with transpose-B), for 32- and 64-token
 // S tiles and head dims 64 and 128, against a double-precision product on the host. A wrong
 // descriptor, swizzle or fragment layout gives wrong entries, not a small error.
@@ -52,6 +53,27 @@ __global__ void wgmma_probe(const bf16* q, const bf16* k, const bf16* v, const b
   wgmma_pin(s);
   for (int j = 0; j < BN / 8; ++j)
     for (int e = 0; e < 4; ++e) s_out[(16 * warp + g + 8 * (e / 2)) * BN + 8 * j + 2 * i + e % 2] = s[4 * j + e];
+  // The same S with Q from registers (A layout) and K-major B: wgmma_rs with transpose-B clear.
+  float s2[BN / 2];
+  {
+    uint32_t qa[D / 16][4];
+    auto qw = [&](int r, int c) { return *reinterpret_cast<const uint32_t*>(q + r * D + c); };
+    for (int kk = 0; kk < D / 16; ++kk) {
+      qa[kk][0] = qw(16 * warp + g, 16 * kk + 2 * i);
+      qa[kk][1] = qw(16 * warp + g + 8, 16 * kk + 2 * i);
+      qa[kk][2] = qw(16 * warp + g, 16 * kk + 2 * i + 8);
+      qa[kk][3] = qw(16 * warp + g + 8, 16 * kk + 2 * i + 8);
+    }
+    wgmma_fence();
+    KVQ_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_rs<bf16, BN, 0>(s2, qa[kk], wgmma_desc(ka + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(s2);
+  }
+  for (int j = 0; j < BN / 8; ++j)
+    for (int e = 0; e < 4; ++e) s_out[64 * BN + (16 * warp + g + 8 * (e / 2)) * BN + 8 * j + 2 * i + e % 2] = s2[4 * j + e];
   uint32_t pa[BN / 16][4];
   auto pw = [&](int r, int c) { return *reinterpret_cast<const uint32_t*>(p + r * BN + c); };
   for (int kt = 0; kt < BN / 16; ++kt) {
@@ -64,7 +86,7 @@ __global__ void wgmma_probe(const bf16* q, const bf16* k, const bf16* v, const b
   for (int r = 0; r < D / 2; ++r) o[r] = 0.0f;
   wgmma_fence();
   KVQ_UNROLL
-  for (int kt = 0; kt < BN / 16; ++kt) wgmma_rs_tb<bf16, D>(o, pa[kt], wgmma_desc(va + kt * 2048, BN * 128, 1024), 1);
+  for (int kt = 0; kt < BN / 16; ++kt) wgmma_rs<bf16, D, 1>(o, pa[kt], wgmma_desc(va + kt * 2048, BN * 128, 1024), 1);
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_pin(o);
@@ -83,18 +105,19 @@ void check_probe(uint64_t seed) {
   };
   const std::vector<bf16> q = fill(64 * D), k = fill(BN * D), v = fill(BN * D), p = fill(64 * BN);
   kvq_test::DeviceBuffer<bf16> dq(q), dk(k), dv(v), dp(p);
-  kvq_test::DeviceBuffer<float> ds(64 * BN), dout(64 * D);
+  kvq_test::DeviceBuffer<float> ds(2 * 64 * BN), dout(64 * D);  // S twice: Q from shared memory, from registers
   const size_t smem = 1024 + size_t(64 + 2 * BN) * D * 2;
   KVQ_CUDA_CHECK(cudaFuncSetAttribute(wgmma_probe<D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   wgmma_probe<D, BN><<<1, 128, smem>>>(dq.get(), dk.get(), dv.get(), dp.get(), ds.get(), dout.get());
   KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> s = ds.download(), o = dout.download();
-  int bad_s = 0, bad_o = 0;
+  int bad_s = 0, bad_s2 = 0, bad_o = 0;
   for (int r = 0; r < 64; ++r) {
     for (int c = 0; c < BN; ++c) {
       double ref = 0.0;
       for (int x = 0; x < D; ++x) ref += double(q[r * D + x].to_float()) * double(k[c * D + x].to_float());
       if (std::fabs(s[r * BN + c] - ref) > 1e-3 * (1.0 + std::fabs(ref))) ++bad_s;
+      if (std::fabs(s[64 * BN + r * BN + c] - ref) > 1e-3 * (1.0 + std::fabs(ref))) ++bad_s2;
     }
     for (int c = 0; c < D; ++c) {
       double ref = 0.0;
@@ -103,6 +126,8 @@ void check_probe(uint64_t seed) {
     }
   }
   CHECK_MESSAGE(bad_s == 0, "S = Q K^T: " << bad_s << " of " << 64 * BN << " entries wrong (D " << D << ", BN " << BN << ")");
+  CHECK_MESSAGE(bad_s2 == 0, "S = Q K^T, Q from registers: " << bad_s2 << " of " << 64 * BN << " entries wrong (D " << D
+                                                               << ", BN " << BN << ")");
   CHECK_MESSAGE(bad_o == 0, "O = P V: " << bad_o << " of " << 64 * D << " entries wrong (D " << D << ", BN " << BN << ")");
 }
 

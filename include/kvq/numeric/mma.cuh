@@ -10,6 +10,7 @@
 // to let every thread read whole packed words.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -68,6 +69,18 @@ KVQ_DEVICE uint32_t pack2(float lo, float hi) {
   else
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
+}
+
+// Sum of the two values of a packed pair of T (exact in fp32): the probabilities as the MMA sees
+// them, so that a softmax's denominator matches its rounded numerator weights.
+template <class T>
+KVQ_DEVICE float pair_sum(uint32_t x) {
+  if constexpr (std::is_same_v<T, fp16>) {
+    const __half2 h = *reinterpret_cast<const __half2*>(&x);
+    return __low2float(h) + __high2float(h);
+  } else {
+    return __uint_as_float(x << 16) + __uint_as_float(x & 0xFFFF0000u);
+  }
 }
 
 KVQ_DEVICE float f16_to_f32(uint16_t h) {

@@ -203,10 +203,13 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
         for (int nt = 0; nt < NT; ++nt) {
           const float p0 = exp2f(sacc[mw][nt][0] - mx[0]), p1 = exp2f(sacc[mw][nt][1] - mx[0]);
           const float p2 = exp2f(sacc[mw][nt][2] - mx[1]), p3 = exp2f(sacc[mw][nt][3] - mx[1]);
-          l[mw][0] += p0 + p1;
-          l[mw][1] += p2 + p3;
           pa[mw][nt / 2][2 * (nt & 1)] = pack2<T>(p0, p1);      // row g
           pa[mw][nt / 2][2 * (nt & 1) + 1] = pack2<T>(p2, p3);  // row g + 8
+          // The denominator sums the probabilities as rounded for the P . V mma: the output is then
+          // a weighted mean with weights that sum to 1 exactly (values with a large common offset,
+          // e.g. dequantized zero points, would otherwise carry the rounding bias of the sum).
+          l[mw][0] += pair_sum<T>(pa[mw][nt / 2][2 * (nt & 1)]);
+          l[mw][1] += pair_sum<T>(pa[mw][nt / 2][2 * (nt & 1) + 1]);
         }
       }
       // ---- O += P . V: each V fragment serves the warp's MW m-tiles ----
