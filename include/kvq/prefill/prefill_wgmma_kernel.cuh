@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
   const int64_t pos[2] = {pos_of(wr0 + g), pos_of(wr0 + g + 8)};
   const int64_t wg_first = pos_of(row0 + 64 * wg);
   const bool capped = a.softcap > 0.0f;
-  const float scale_log2 = a.softmax_scale * 1.4426950408889634f;
+  const float scale_log2 = a.softmax_scale * 1.4426950408889634f;  // > 0 (check_attention_run)
   const float cap_pre = capped ? a.softmax_scale / a.softcap : 0.0f, cap_log2 = a.softcap * 1.4426950408889634f;
   // Descriptors: Q (this warpgroup's 64 rows of each panel) and K as K-major operands, V MN-major.
   const uint32_t q_addr = sbase + 64 * wg * 128;
@@ -178,40 +178,57 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
       wgmma_wait<0>();
       wgmma_pin(sacc);
       // ---- online softmax (log2 domain), causal mask where the tile reaches the chunk ----
-      const bool mask = t0 + BN - 1 > wg_first;
+      // Without a softcap the logits stay raw: the max commutes with the positive scale, and each
+      // probability is one FFMA and one EX2 (x scale log2(e) - m). With one, they are mapped to
+      // log2 units first (uniform branch, kept out of the common path).
+      if (capped) {
+        KVQ_UNROLL
+        for (int x = 0; x < BN / 2; ++x) sacc[x] = cap_log2 * tanhf(sacc[x] * cap_pre);
+      }
+      const float sc = capped ? 1.0f : scale_log2;
+      if (t0 + BN - 1 > wg_first) {  // some key of the tile is past some row's position
+        // Keys 8 nb + (e & 1) (+ t0 + 2i) past a row's position are masked: 32-bit limits per row.
+        int lim[2];
+        KVQ_UNROLL
+        for (int hh = 0; hh < 2; ++hh) {
+          const int64_t d = pos[hh] - t0 - 2 * i;
+          lim[hh] = d < -1 ? -1 : d > BN ? BN : int(d);
+        }
+        KVQ_UNROLL
+        for (int nb = 0; nb < NB; ++nb)
+          KVQ_UNROLL
+          for (int e = 0; e < 4; ++e)
+            if (8 * nb + (e & 1) > lim[e >> 1]) sacc[4 * nb + e] = -INFINITY;
+      }
       float mx[2] = {-INFINITY, -INFINITY};
       KVQ_UNROLL
       for (int nb = 0; nb < NB; ++nb)
         KVQ_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          float x = sacc[4 * nb + e];
-          x = capped ? cap_log2 * tanhf(x * cap_pre) : x * scale_log2;
-          if (mask && t0 + 8 * nb + 2 * i + (e & 1) > pos[e >> 1]) x = -INFINITY;
-          sacc[4 * nb + e] = x;
-          mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
+        for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], sacc[4 * nb + e]);
       float corr[2];
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
         mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
         mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-        const float m_new = fmaxf(m[hh], mx[hh]);
+        const float m_new = fmaxf(m[hh], mx[hh] * sc);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
         corr[hh] = exp2_approx(m[hh] - m_use);
         m[hh] = m_new;
         l[hh] *= corr[hh];
         mx[hh] = m_use;
       }
-      KVQ_UNROLL
-      for (int nb = 0; nb < D / 8; ++nb) {
-        o[4 * nb] *= corr[0], o[4 * nb + 1] *= corr[0];
-        o[4 * nb + 2] *= corr[1], o[4 * nb + 3] *= corr[1];
+      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {  // a running max moved: rescale
+        KVQ_UNROLL
+        for (int nb = 0; nb < D / 8; ++nb) {
+          o[4 * nb] *= corr[0], o[4 * nb + 1] *= corr[0];
+          o[4 * nb + 2] *= corr[1], o[4 * nb + 3] *= corr[1];
+        }
       }
       uint32_t pa[BN / 16][4];  // P in the A layout: k-step kt = tokens 16 kt .. 16 kt + 15
       KVQ_UNROLL
       for (int nb = 0; nb < NB; ++nb) {
-        const float p0 = exp2_approx(sacc[4 * nb] - mx[0]), p1 = exp2_approx(sacc[4 * nb + 1] - mx[0]);
-        const float p2 = exp2_approx(sacc[4 * nb + 2] - mx[1]), p3 = exp2_approx(sacc[4 * nb + 3] - mx[1]);
+        const float p0 = exp2_approx(fmaf(sacc[4 * nb], sc, -mx[0])), p1 = exp2_approx(fmaf(sacc[4 * nb + 1], sc, -mx[0]));
+        const float p2 = exp2_approx(fmaf(sacc[4 * nb + 2], sc, -mx[1])), p3 = exp2_approx(fmaf(sacc[4 * nb + 3], sc, -mx[1]));
         pa[nb / 2][2 * (nb & 1)] = pack2<T>(p0, p1);      // row g
         pa[nb / 2][2 * (nb & 1) + 1] = pack2<T>(p2, p3);  // row g + 8
         l[0] += pair_sum<T>(pa[nb / 2][2 * (nb & 1)]);      // the probabilities as rounded for the
