@@ -66,7 +66,7 @@ struct PrefillCase {
   }
 
   // "prefill/": the library's choice (on an sm_90a build with a Hopper GPU the wgmma kernel with
-  // 64-token tiles); "prefill_w32/": the wgmma kernel with 32-token tiles; "prefill_alt/": the
+  // 32-token tiles); "prefill_w64/": the wgmma kernel with 64-token tiles; "prefill_alt/": the
   // mma.sync kernel (the sm_80 path) at the CTA height the library would give it.
   static void register_all(const std::string& name) {
     kvq::PrefillPlan def;
@@ -79,7 +79,7 @@ struct PrefillCase {
     };
     std::vector<Variant> variants{{"prefill/", 0, kvq::PrefillKernel::kAuto, 0}};
     if (def.kernel == kvq::PrefillKernel::kWgmma) {
-      variants.push_back({"prefill_w32/", 0, kvq::PrefillKernel::kWgmma, 32});
+      variants.push_back({"prefill_w64/", 0, kvq::PrefillKernel::kWgmma, 64});
       variants.push_back({"prefill_alt/", 0, kvq::PrefillKernel::kMmaSync, 0});
     } else {
       variants.push_back({"prefill_alt/", def.rows_per_cta == kvq::kPrefillRowsSmall ? kvq::kPrefillRowsLarge : kvq::kPrefillRowsSmall,

@@ -28,7 +28,7 @@ constexpr int prefill_rows_per_cta(int head_dim, bool /*quantized*/) {
 // compute capability 9.0 GPU, head dims 64 and 128; CTAs of two warpgroups, kPrefillRowsLarge
 // rows, K/V tiles of tile_tokens = 32 or 64 tokens). kAuto: wgmma where available.
 enum class PrefillKernel : int32_t { kAuto = -1, kMmaSync = 0, kWgmma = 1 };
-constexpr int kPrefillWgmmaTileTokens = 64;  // the default K/V tile of the wgmma kernel
+constexpr int kPrefillWgmmaTileTokens = 32;  // the default K/V tile of the wgmma kernel (two CTAs per SM)
 
 struct PrefillShape {
   int32_t batch;         // sequences (upper bound)
