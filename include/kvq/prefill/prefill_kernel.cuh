@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
   using T = typename Cfg::dtype;
   using L = PrefillSmem<Cfg, BM>;
   using Tile = typename L::Tile;
-  constexpr int D = Cfg::head_dim, P = Cfg::page, BN = Tile::BN, CH = Tile::chunks, KS = D / 16, NT = BN / 8, OT = D / 8;
+  constexpr int D = Cfg::head_dim, P = Cfg::page, BN = Tile::BN, KS = D / 16, NT = BN / 8, OT = D / 8;
   constexpr int MW = BM / (16 * kPrefillWarps);  // m-tiles of 16 rows per warp
   static_assert(BM % (16 * kPrefillWarps) == 0, "whole m-tiles per warp");
   extern __shared__ __align__(16) uint8_t smem[];
@@ -69,34 +69,11 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
   const int b = blockIdx.y, h = blockIdx.z;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
-  if (threadIdx.x == 0) {
-    s = resolve_attention(v, a, b, P);
-    bad = s.status != Status::kSuccess || s.q_len > plan.shape.max_q_len || s.q0 + s.q_len > plan.shape.total_q ||
-          s.len + s.q_len > plan.shape.max_tokens;
-  }
-  __syncthreads();
-  const int rows = bad ? 0 : group * s.q_len, row0 = tile * BM;
-  if (row0 >= rows && tile != 0) return;
-  const int64_t last_pos = rows > 0 ? s.len + (min(rows, row0 + BM) - 1) / group : 0;
-  if (!pages_valid(v, b, s, bad, 0, bad ? 0 : s.len + s.q_len, P)) {  // every CTA checks all: all or none write
-    if (threadIdx.x == 0) atomicOr(flags, uint32_t(kFlagBadSequence));
-    return;
-  }
-  if (row0 >= rows) return;
-
-  TileSource<T> src{v, a.new_k, a.new_v,
-                    transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes),
-                    as_append(s), s.cold, records_end(s), last_pos + 1, b, h};
-
-  // Queries of the tile's rows (zeros past the sequence's rows).
-  for (int idx = threadIdx.x; idx < BM * CH; idx += blockDim.x) {
-    const int r = idx / CH, c = idx % CH, rg = row0 + r;
-    uint8_t* dst = qs + size_t(panel_chunk(BM, r, c)) * 16;
-    if (rg < rows)
-      cp_async16(dst, a.q + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + 8 * c);
-    else
-      *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
-  }
+  PrefillCtaRows cr;
+  if (!prefill_cta_rows(v, a, plan, b, P, BM, tile, flags, s, bad, cr)) return;
+  const int rows = cr.rows, row0 = cr.row0;
+  const TileSource<T> src = prefill_tile_source<Cfg>(v, a, plan, transition, s, cr.last_pos, b, h);
+  stage_prefill_queries<T, BM, D>(qs, a, s, h, group, row0, rows);
   const int ntiles = int((src.kv_end + BN - 1) / BN);
   for (int idx = threadIdx.x; idx < 3 * TP; idx += blockDim.x)
     page_ids[idx / TP][idx % TP] = src.fetch_page_id(int64_t(idx / TP) * BN, idx % TP, P);
