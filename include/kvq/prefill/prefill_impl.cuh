@@ -65,11 +65,11 @@ Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_c
   if (kernel != PrefillKernel::kAuto && kernel != PrefillKernel::kMmaSync && kernel != PrefillKernel::kWgmma)
     return Status::kInvalidShape;
   if (tile_tokens != 0 && tile_tokens != 32 && tile_tokens != 64) return Status::kInvalidShape;
+  const bool available = detail::prefill_wgmma_available<Cfg>();
   const bool wgmma = kernel == PrefillKernel::kWgmma ||
-                     (kernel == PrefillKernel::kAuto && (rows_per_cta == 0 || rows_per_cta == kPrefillRowsLarge) &&
-                      detail::prefill_wgmma_available<Cfg>());
+                     (kernel == PrefillKernel::kAuto && (rows_per_cta == 0 || rows_per_cta == kPrefillRowsLarge) && available);
   if (wgmma) {
-    if (!detail::prefill_wgmma_available<Cfg>()) return Status::kNotInstantiated;
+    if (!available) return Status::kNotInstantiated;
     if (rows_per_cta != 0 && rows_per_cta != kPrefillRowsLarge) return Status::kInvalidShape;
     const Status st = plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, kPrefillRowsLarge, plan);
     if (st == Status::kSuccess) {

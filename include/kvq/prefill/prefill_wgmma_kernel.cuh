@@ -30,12 +30,6 @@ namespace detail {
 
 constexpr int kPrefillWgmmaThreads = 256;  // two warpgroups
 
-// Q . K^T with Q from registers (1: loaded once per CTA by ldmatrix, 32 registers at D 128) or
-// from shared memory (0: re-read by every S wgmma); a tuning knob measured in bench/NOTES.md.
-#ifndef KVQ_PREFILL_WGMMA_QREG
-#define KVQ_PREFILL_WGMMA_QREG 0
-#endif
-
 // Dynamic shared memory (offsets from the first 1024-byte boundary of the allocation, whose
 // 1024 spare bytes pay for that alignment): q [D/64][BM][64] panels; three K/V buffers, each k
 // then v as [D/64][BN][64] panels; two raw stages (quantized bytes of a tile).
@@ -121,15 +115,6 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
   };
   auto v_desc = [&](int j, int kt) { return wgmma_desc(sbase + uint32_t(kv_at(j, 1)) + kt * 2048, BN * 128, 1024); };
 
-  // Q fragments in registers (KVQ_PREFILL_WGMMA_QREG): k-step kk of this warp's 16 rows, A layout.
-  constexpr bool QREG = KVQ_PREFILL_WGMMA_QREG != 0;
-  uint32_t qa[QREG ? KS : 1][4];
-  if constexpr (QREG) {
-    KVQ_UNROLL
-    for (int kk = 0; kk < KS; ++kk)
-      ldmatrix_x4(qa[kk], qs + size_t(panel_chunk(BM, 64 * wg + 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1),
-                                                  2 * kk + (lane >> 4))) * 16);
-  }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[D / 2];
   KVQ_UNROLL
   for (int r = 0; r < D / 2; ++r) o[r] = 0.0f;
@@ -147,10 +132,7 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
       float sacc[BN / 2];
       wgmma_fence();
       KVQ_UNROLL
-      for (int kk = 0; kk < KS; ++kk) {
-        if constexpr (QREG) wgmma_rs<T, BN, 0>(sacc, qa[kk], k_desc(j, kk), kk > 0);
-        else wgmma_ss<T, BN>(sacc, q_desc(kk), k_desc(j, kk), kk > 0);
-      }
+      for (int kk = 0; kk < KS; ++kk) wgmma_ss<T, BN>(sacc, q_desc(kk), k_desc(j, kk), kk > 0);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_pin(sacc);
