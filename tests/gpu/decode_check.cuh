@@ -3,7 +3,8 @@
 // before the step's append (pages turning cold are quantized on the fly) and after it, then a
 // speculative rollback to a random accepted length (kvq::rollback on the device, HostCache on the
 // host). Error judged two ways: against the fp32 host reference (fixed tolerances) and as
-// FlashAttention-3 does (against fp64, at most 2x a naive same-precision attention's error).
+// FlashAttention-3 does (against fp64, at most 2x a naive same-precision attention's error, 3x
+// with a softcap, plus the model dtype's rounding at the outputs' size).
 // Also: constant-key / one-hot-value isolation tests and 128K+ contexts.
 #pragma once
 
@@ -46,6 +47,7 @@ OutputError output_error(const std::vector<T>& got, const std::vector<float>& re
 struct Fp64Attention {
   std::vector<double> exact;
   std::vector<float> naive;
+  bool softcapped = false;
 };
 
 template <class Cfg>
@@ -55,6 +57,7 @@ Fp64Attention fp64_attention(const kvq::CacheView<typename Cfg::dtype>& v, const
   auto r = [](float x) { return T::from_float(x).to_float(); };
   const int group = a.num_q_heads / v.num_kv_heads;
   Fp64Attention out;
+  out.softcapped = a.softcap > 0;
   out.exact.assign(size_t(a.cu_q[a.batch]) * a.num_q_heads * D, 0.0);
   out.naive.assign(out.exact.size(), 0.0f);
   std::vector<float> k, val;
@@ -118,18 +121,28 @@ Fp64Attention fp64_attention(const kvq::CacheView<typename Cfg::dtype>& v, const
   return out;
 }
 
-// FlashAttention-3's criterion: max error vs fp64 at most 2x the naive same-precision error,
-// plus a slack of 1e-3 of the largest output.
+// FlashAttention-3's criterion, as the FlashAttention repository's tests apply it (hopper/ and
+// cute/ test_flash_attn.py): the max error against the reference at most rtol times the naive
+// same-precision attention's (rtol 2; 3 with a softcap), plus fwd_atol = 2 max |(ref + 0.3 - 0.3) -
+// ref| computed in the model dtype, the rounding any arithmetic on outputs of that size costs.
+// The reference here is fp64 and not rounded to T (FA3 rounds its fp32 reference to T), so the
+// bound is a little tighter than FA3's. Why the rounding allowance matters: on a few hundred
+// outputs the naive error is a noisy statistic (bench/NOTES.md, "The seed-9019 prefill case").
 template <class T>
 void check_fa3(const std::vector<T>& got, const Fp64Attention& f, const std::string& where) {
-  double e_got = 0, e_naive = 0, mx = 0;
+  auto r = [](float x) { return T::from_float(x).to_float(); };
+  double e_got = 0, e_naive = 0, mx = 0, atol = 0;
   for (size_t x = 0; x < f.exact.size(); ++x) {
     e_got = std::max(e_got, std::fabs(double(got[x].to_float()) - f.exact[x]));
     e_naive = std::max(e_naive, std::fabs(double(f.naive[x]) - f.exact[x]));
     mx = std::max(mx, std::fabs(f.exact[x]));
+    const float ref = r(float(f.exact[x]));
+    atol = std::max(atol, 2.0 * std::fabs(double(r(r(r(ref + 0.3f) - 0.3f) - ref))));
   }
-  CHECK_MESSAGE(e_got <= 2.0 * e_naive + 1e-3 * mx,
-                where << ": max error vs fp64 " << e_got << ", naive " << std::string(T::name()) << " " << e_naive << ", max |out| " << mx);
+  const double rtol = f.softcapped ? 3.0 : 2.0;
+  CHECK_MESSAGE(e_got <= rtol * e_naive + atol,
+                where << ": max error vs fp64 " << e_got << ", naive " << std::string(T::name()) << " " << e_naive << " (x"
+                      << rtol << "), rounding allowance " << atol << ", max |out| " << mx);
 }
 
 // A host-side attention call over the given host arrays (the softmax scale is 1/sqrt(D)).
