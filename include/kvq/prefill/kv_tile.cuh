@@ -121,6 +121,30 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
   constexpr RecordOffsets o = Cfg::record;
+  if constexpr (P >= BN) {
+    // The common tile: all its tokens in one record (pages of at least BN tokens; the tile ends
+    // before the records and the keys do). One record address for the tile; every copy is an
+    // offset from it (the general path below re-derives the record for every 16-byte chunk).
+    if (t0 + BN <= src.rec_end && t0 + BN <= src.kv_end) {
+      const uint8_t* rec = src.record(t0, t0, ids, P, Cfg::record_bytes);
+      const int off = int(t0 % P);
+      if constexpr (Tile::k_staged || Tile::v_staged) {
+        constexpr int page_chunks = int(Tile::page_bytes / 16);
+        for (unsigned idx = threadIdx.x; idx < unsigned(page_chunks); idx += blockDim.x)
+          cp_async16(raw + size_t(idx) * 16, Tile::staged_source(rec, off, size_t(idx) * 16));
+      }
+      constexpr int unstaged = (Tile::k_staged ? 0 : 1) + (Tile::v_staged ? 0 : 1);
+      if constexpr (unstaged > 0) {
+        for (unsigned idx = threadIdx.x; idx < unsigned(unstaged * BN * CH); idx += blockDim.x) {  // unsigned: shifts, not divisions
+          const bool is_v = Tile::k_staged || idx >= unsigned(BN * CH);
+          const int r = int(idx % unsigned(BN * CH) / unsigned(CH)), c = int(idx % unsigned(CH));
+          cp_async16((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16,
+                     rec + (is_v ? o.v_codes : o.k_codes) + (size_t(off + r) * D + 8 * c) * sizeof(T));
+        }
+      }
+      return;
+    }
+  }
   if constexpr (Tile::k_staged || Tile::v_staged) {
     constexpr int page_chunks = int(Tile::page_bytes / 16);
     for (int idx = threadIdx.x; idx < Tile::staged_pages * page_chunks; idx += blockDim.x) {
@@ -154,30 +178,56 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
   }
 }
 
-// Dequantizes the record tokens of tile [t0, t0 + BN) of the quantized roles from raw into k / v.
-template <class Cfg, int BN_>
+// Dequantizes the record tokens of tile [t0, t0 + BN) of the quantized roles from raw into k / v,
+// with the CTA's NT threads. INT2 / INT4 keys: a thread keeps one channel chunk (NT is a multiple
+// of D / 8) and walks rows NT / (D / 8) apart, converting its chunk's parameters once per key
+// group instead of once per row; other roles take 8 channels of one row per item.
+template <class Cfg, int BN_, int NT>
 KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, const uint8_t* raw) {
   using Tile = KvTile<Cfg, BN_>;
   using T = typename Cfg::dtype;
+  using KQ = typename Cfg::k_quant;
   constexpr int D = Cfg::head_dim, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
   if constexpr (Tile::k_staged || Tile::v_staged) {
     const int64_t rows64 = src.rec_end - t0;
     const int rows = rows64 <= 0 ? 0 : rows64 >= BN ? BN : int(rows64);
-    constexpr int roles = (Tile::k_staged ? 1 : 0) + (Tile::v_staged ? 1 : 0);
-    for (int idx = threadIdx.x; idx < roles * rows * CH; idx += blockDim.x) {
-      const bool is_v = !Tile::k_staged || idx >= rows * CH;
-      const int r = (idx % (rows * CH)) / CH, c = idx % CH;
-      const uint8_t* page = raw + size_t(r / SP) * Tile::page_bytes;
-      float x[kDecodeChunk];
-      if (is_v) {
-        if constexpr (Tile::v_staged)
-          decode_chunk<typename Cfg::v_quant, Role::kValue, D, SP, T>(page + Tile::vc, page + Tile::vp, r % SP, 8 * c, x);
-      } else {
-        if constexpr (Tile::k_staged)
-          decode_chunk<typename Cfg::k_quant, Role::kKey, D, SP, T>(page + Tile::kc, page + Tile::kp, r % SP, 8 * c, x);
-      }
+    auto store = [&](uint8_t* dst, int r, int c, const float (&x)[kDecodeChunk]) {
       const uint4 w = make_uint4(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]), pack2<T>(x[4], x[5]), pack2<T>(x[6], x[7]));
-      *reinterpret_cast<uint4*>((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16) = w;
+      *reinterpret_cast<uint4*>(dst + size_t(Tile::swizzle(r, c)) * 16) = w;
+    };
+    if constexpr (Tile::k_staged && KQ::kind == QuantKind::kAsym) {
+      static_assert(NT % CH == 0, "a thread keeps one channel chunk of the keys");
+      const int c = int(threadIdx.x % unsigned(CH));
+      KeyChunkParams par;
+      int par_id = -1;  // staged page x SP + first token of the key group whose parameters par holds
+      for (int r = int(threadIdx.x / unsigned(CH)); r < rows; r += NT / CH) {  // r >= 0: its divisions are shifts
+        const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
+        const int t = int(unsigned(r) % SP), id = (r - t) + int(unsigned(t) / KQ::group) * KQ::group;
+        if (id != par_id) {
+          par = key_chunk_params<KQ, D>(page + Tile::kp, t, 8 * c);
+          par_id = id;
+        }
+        float x[kDecodeChunk];
+        decode_key_chunk<KQ, D>(page + Tile::kc, t, 8 * c, par, x);
+        store(k, r, c, x);
+      }
+    } else if constexpr (Tile::k_staged) {
+      for (unsigned idx = threadIdx.x; idx < unsigned(rows * CH); idx += NT) {
+        const int r = int(idx / CH), c = int(idx % CH);
+        const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
+        float x[kDecodeChunk];
+        decode_chunk<KQ, Role::kKey, D, SP, T>(page + Tile::kc, page + Tile::kp, int(unsigned(r) % SP), 8 * c, x);
+        store(k, r, c, x);
+      }
+    }
+    if constexpr (Tile::v_staged) {
+      for (unsigned idx = threadIdx.x; idx < unsigned(rows * CH); idx += NT) {
+        const int r = int(idx / CH), c = int(idx % CH);
+        const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
+        float x[kDecodeChunk];
+        decode_chunk<typename Cfg::v_quant, Role::kValue, D, SP, T>(page + Tile::vc, page + Tile::vp, int(unsigned(r) % SP), 8 * c, x);
+        store(v, r, c, x);
+      }
     }
   }
 }

@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
-  decode_tile<Cfg, BN>(src, 0, kbuf(0), vbuf(0), raw(0));
+  decode_tile<Cfg, BN, kPrefillWarps * 32>(src, 0, kbuf(0), vbuf(0), raw(0));
   __syncthreads();
 
   // This warp's MW m-tiles of 16 rows; this thread's rows g and g + 8 of each, and their
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
     if (int(threadIdx.x) < TP) page_ids[(j + 3) % 4][threadIdx.x] = next_id;
     cp_async_wait<1>();  // tile j + 1 has landed (j + 2 may still be in flight)
     __syncthreads();
-    if (j + 1 < ntiles) decode_tile<Cfg, BN>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw(j + 1));
+    if (j + 1 < ntiles) decode_tile<Cfg, BN, kPrefillWarps * 32>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw(j + 1));
     __syncthreads();
   }
 

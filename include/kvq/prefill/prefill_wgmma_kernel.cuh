@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
-  decode_tile<Cfg, BN>(src, 0, smem + kv_at(0, 0), smem + kv_at(0, 1), raw(0));
+  decode_tile<Cfg, BN, kPrefillWgmmaThreads>(src, 0, smem + kv_at(0, 0), smem + kv_at(0, 1), raw(0));
   fence_proxy_async_shared();
   __syncthreads();
 
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
     if (int(threadIdx.x) < TP) page_ids[(j + 3) % 4][threadIdx.x] = next_id;
     cp_async_wait<1>();  // tile j + 1 has landed (j + 2 may still be in flight)
     __syncthreads();
-    if (j + 1 < ntiles) decode_tile<Cfg, BN>(src, t0 + BN, smem + kv_at(j + 1, 0), smem + kv_at(j + 1, 1), raw(j + 1));
+    if (j + 1 < ntiles) decode_tile<Cfg, BN, kPrefillWgmmaThreads>(src, t0 + BN, smem + kv_at(j + 1, 0), smem + kv_at(j + 1, 1), raw(j + 1));
     wgmma_wait<0>();  // tile j's buffers are free for tile j + 3 (issued next iteration)
     wgmma_pin(o);
     fence_proxy_async_shared();

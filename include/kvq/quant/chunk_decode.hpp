@@ -28,6 +28,40 @@ KVQ_HD void load8_u16(const uint16_t* p, uint16_t (&out)[kDecodeChunk]) {
 #endif
 }
 
+// The fp32 parameters of key channels c0 .. c0 + 7 (INT2 / INT4 keys) of the key group that holds
+// token t: the same for every token of that group, so a caller decoding several of them
+// converts them once and passes them to decode_key_chunk.
+struct KeyChunkParams {
+  float scale[kDecodeChunk], zero[kDecodeChunk];
+};
+
+template <class Q, int D>
+KVQ_HD KeyChunkParams key_chunk_params(const uint8_t* params, int t, int c0) {
+  // the 8 scales and 8 zeros are 16 aligned bytes each (rows of D fp16, c0 % 8 == 0)
+  const uint16_t* row = key_params_row<Q, D>(params, t);
+  uint16_t scale[kDecodeChunk], zero[kDecodeChunk];
+  load8_u16(row + c0, scale);
+  load8_u16(row + D + c0, zero);
+  KeyChunkParams p;
+  KVQ_UNROLL
+  for (int e = 0; e < kDecodeChunk; ++e) {
+    p.scale[e] = f16_bits_to_f32(scale[e]);
+    p.zero[e] = f16_bits_to_f32(zero[e]);
+  }
+  return p;
+}
+
+// Keys (t, c0 .. c0 + 7) of an INT2 / INT4 key section with their group's parameters: channels
+// c0 .. c0+7 are elements e of the word shifted to channel c0 (c0 % (32 / bits) is even).
+template <class Q, int D>
+KVQ_HD void decode_key_chunk(const uint8_t* codes, int t, int c0, const KeyChunkParams& p, float (&out)[kDecodeChunk]) {
+  constexpr uint32_t mask = uint32_t(Q::max_code);
+  const CodeSlot first = code_slot<Q::bits, D>(Role::kKey, t, c0);
+  const uint32_t w = reinterpret_cast<const uint32_t*>(codes)[first.word] >> first.shift;
+  KVQ_UNROLL
+  for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode((w >> packed_bit_offset(Q::bits, e)) & mask, p.zero[e], p.scale[e]);
+}
+
 // out[e] = value of (token t, channel c0 + e) of a section, e < 8, in fp32.
 template <class Q, Role R, int D, int P, class T>
 KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int c0, float (&out)[kDecodeChunk]) {
@@ -45,28 +79,16 @@ KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int
     // The 8 codes sit in one packed word (keys; INT2 values) or two (INT4 values): code_slot of
     // the first channel gives the word and the shift of element 0 (packing.hpp); the parameters
     // come from asym_params_at, once for the chunk where a value group covers it.
-    constexpr int bits = Q::bits, n = 32 / bits;
-    constexpr uint32_t mask = uint32_t(Q::max_code);
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(codes);
-    const CodeSlot first = code_slot<bits, D>(R, t, c0);
-    uint32_t code[kDecodeChunk];
-    AsymParams par[kDecodeChunk];
     if constexpr (R == Role::kKey) {
-      // channels c0 .. c0+7 are elements e of the word shifted to channel c0 (c0 % n is even);
-      // their 8 scales and 8 zeros are 16 aligned bytes each (rows of D fp16, c0 % 8 == 0)
-      const uint32_t w = words[first.word] >> first.shift;
-      const uint16_t* row = key_params_row<Q, D>(params, t);
-      uint16_t scale[kDecodeChunk], zero[kDecodeChunk];
-      load8_u16(row + c0, scale);
-      load8_u16(row + D + c0, zero);
-      KVQ_UNROLL
-      for (int e = 0; e < kDecodeChunk; ++e) {
-        code[e] = (w >> packed_bit_offset(bits, e)) & mask;
-        par[e] = AsymParams{scale[e], zero[e]};
-      }
+      decode_key_chunk<Q, D>(codes, t, c0, key_chunk_params<Q, D>(params, t, c0), out);
     } else {
       // a token pair's word holds n/2 channels; channel c0 + e is element 2 (e % (n/2)) + (t & 1)
-      constexpr int half = n / 2;
+      constexpr int bits = Q::bits, n = 32 / bits, half = n / 2;
+      constexpr uint32_t mask = uint32_t(Q::max_code);
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(codes);
+      const CodeSlot first = code_slot<bits, D>(R, t, c0);
+      uint32_t code[kDecodeChunk];
+      AsymParams par[kDecodeChunk];
       static_assert(kDecodeChunk % half == 0, "a chunk is whole words of a token pair");
       const AsymParams whole = asym_params_at<Q, R, D, P>(params, t, c0);
       KVQ_UNROLL
@@ -74,9 +96,9 @@ KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int
         code[e] = (words[first.word + e / half] >> packed_bit_offset(bits, 2 * (e % half) + (t & 1))) & mask;
         par[e] = Q::group % kDecodeChunk == 0 ? whole : asym_params_at<Q, R, D, P>(params, t, c0 + e);
       }
+      KVQ_UNROLL
+      for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(code[e], f16_bits_to_f32(par[e].zero), f16_bits_to_f32(par[e].scale));
     }
-    KVQ_UNROLL
-    for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(code[e], f16_bits_to_f32(par[e].zero), f16_bits_to_f32(par[e].scale));
   }
 }
 
