@@ -181,13 +181,16 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
 // Dequantizes the record tokens of tile [t0, t0 + BN) of the quantized roles from raw into k / v,
 // with the CTA's NT threads. INT2 / INT4 keys: a thread keeps one channel chunk (NT is a multiple
 // of D / 8) and walks rows NT / (D / 8) apart, converting its chunk's parameters once per key
-// group instead of once per row; other roles take 8 channels of one row per item.
+// group instead of once per row; INT2 / INT4 values: an item is one channel chunk of a token
+// pair; INT8 roles: 8 channels of one row.
 template <class Cfg, int BN_, int NT>
 KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, const uint8_t* raw) {
   using Tile = KvTile<Cfg, BN_>;
   using T = typename Cfg::dtype;
   using KQ = typename Cfg::k_quant;
+  using VQ = typename Cfg::v_quant;
   constexpr int D = Cfg::head_dim, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
+  static_assert(SP % 2 == 0, "staged pages hold whole token pairs");
   if constexpr (Tile::k_staged || Tile::v_staged) {
     const int64_t rows64 = src.rec_end - t0;
     const int rows = rows64 <= 0 ? 0 : rows64 >= BN ? BN : int(rows64);
@@ -220,12 +223,28 @@ KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t 
         store(k, r, c, x);
       }
     }
-    if constexpr (Tile::v_staged) {
+    if constexpr (Tile::v_staged && VQ::kind == QuantKind::kAsym) {
+      // A thread decodes one channel chunk of a token pair: both tokens' codes are in the same
+      // words (packing.hpp), loaded once. Rows are even from every staged page's start (SP even).
+      for (unsigned idx = threadIdx.x; idx < unsigned((rows + 1) / 2 * CH); idx += NT) {
+        const int r = 2 * int(idx / CH), c = int(idx % CH), t = int(unsigned(r) % SP);
+        const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
+        const uint32_t* words =
+            reinterpret_cast<const uint32_t*>(page + Tile::vc) + code_slot<VQ::bits, D>(Role::kValue, t, 8 * c).word;
+        float x[kDecodeChunk];
+        decode_value_chunk<VQ, D, SP>(words, page + Tile::vp, t, 0, 8 * c, x);
+        store(v, r, c, x);
+        if (r + 1 < rows) {
+          decode_value_chunk<VQ, D, SP>(words, page + Tile::vp, t + 1, 1, 8 * c, x);
+          store(v, r + 1, c, x);
+        }
+      }
+    } else if constexpr (Tile::v_staged) {
       for (unsigned idx = threadIdx.x; idx < unsigned(rows * CH); idx += NT) {
         const int r = int(idx / CH), c = int(idx % CH);
         const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
         float x[kDecodeChunk];
-        decode_chunk<typename Cfg::v_quant, Role::kValue, D, SP, T>(page + Tile::vc, page + Tile::vp, int(unsigned(r) % SP), 8 * c, x);
+        decode_chunk<VQ, Role::kValue, D, SP, T>(page + Tile::vc, page + Tile::vp, int(unsigned(r) % SP), 8 * c, x);
         store(v, r, c, x);
       }
     }

@@ -62,6 +62,25 @@ KVQ_HD void decode_key_chunk(const uint8_t* codes, int t, int c0, const KeyChunk
   for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode((w >> packed_bit_offset(Q::bits, e)) & mask, p.zero[e], p.scale[e]);
 }
 
+// Values (t, c0 .. c0 + 7) of an INT2 / INT4 value section from the words of t's token pair
+// (`pair_words` = the section's words from code_slot(kValue, t, c0).word on; both tokens of a pair
+// share them) and t's parity: channel c0 + e is element 2 (e % (n/2)) + parity of word e / (n/2).
+// A caller decoding both tokens of a pair loads their words once.
+template <class Q, int D, int P>
+KVQ_HD void decode_value_chunk(const uint32_t* pair_words, const uint8_t* params, int t, int parity, int c0,
+                               float (&out)[kDecodeChunk]) {
+  constexpr int bits = Q::bits, half = 32 / bits / 2;
+  static_assert(kDecodeChunk % half == 0, "a chunk is whole words of a token pair");
+  constexpr uint32_t mask = uint32_t(Q::max_code);
+  const AsymParams whole = asym_params_at<Q, Role::kValue, D, P>(params, t, c0);
+  KVQ_UNROLL
+  for (int e = 0; e < kDecodeChunk; ++e) {
+    const uint32_t code = (pair_words[e / half] >> packed_bit_offset(bits, 2 * (e % half) + parity)) & mask;
+    const AsymParams par = Q::group % kDecodeChunk == 0 ? whole : asym_params_at<Q, Role::kValue, D, P>(params, t, c0 + e);
+    out[e] = asym_decode(code, f16_bits_to_f32(par.zero), f16_bits_to_f32(par.scale));
+  }
+}
+
 // out[e] = value of (token t, channel c0 + e) of a section, e < 8, in fp32.
 template <class Q, Role R, int D, int P, class T>
 KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int c0, float (&out)[kDecodeChunk]) {
@@ -82,22 +101,8 @@ KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int
     if constexpr (R == Role::kKey) {
       decode_key_chunk<Q, D>(codes, t, c0, key_chunk_params<Q, D>(params, t, c0), out);
     } else {
-      // a token pair's word holds n/2 channels; channel c0 + e is element 2 (e % (n/2)) + (t & 1)
-      constexpr int bits = Q::bits, n = 32 / bits, half = n / 2;
-      constexpr uint32_t mask = uint32_t(Q::max_code);
-      const uint32_t* words = reinterpret_cast<const uint32_t*>(codes);
-      const CodeSlot first = code_slot<bits, D>(R, t, c0);
-      uint32_t code[kDecodeChunk];
-      AsymParams par[kDecodeChunk];
-      static_assert(kDecodeChunk % half == 0, "a chunk is whole words of a token pair");
-      const AsymParams whole = asym_params_at<Q, R, D, P>(params, t, c0);
-      KVQ_UNROLL
-      for (int e = 0; e < kDecodeChunk; ++e) {
-        code[e] = (words[first.word + e / half] >> packed_bit_offset(bits, 2 * (e % half) + (t & 1))) & mask;
-        par[e] = Q::group % kDecodeChunk == 0 ? whole : asym_params_at<Q, R, D, P>(params, t, c0 + e);
-      }
-      KVQ_UNROLL
-      for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(code[e], f16_bits_to_f32(par[e].zero), f16_bits_to_f32(par[e].scale));
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(codes) + code_slot<Q::bits, D>(R, t, c0).word;
+      decode_value_chunk<Q, D, P>(words, params, t, t & 1, c0, out);
     }
   }
 }
