@@ -65,9 +65,10 @@ struct PrefillCase {
     state.counters["TFLOPs"] = benchmark::Counter(flops(chunk, prefix) * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   }
 
-  // "prefill/": the library's choice (on an sm_90a build with a Hopper GPU the wgmma kernel with
-  // 32-token tiles); "prefill_w64/": the wgmma kernel with 64-token tiles; "prefill_alt/": the
-  // mma.sync kernel (the sm_80 path) at the CTA height the library would give it.
+  // "prefill/": the library's choice (on an sm_90a build with a Hopper GPU the wgmma kernel with its
+  // default K/V tile, prefill_wgmma_default_tile); "prefill_wother/": the wgmma kernel with the
+  // other tile (32 <-> 64 tokens); "prefill_alt/": the mma.sync kernel (the sm_80 path) at the CTA
+  // height the library would give it.
   static void register_all(const std::string& name) {
     kvq::PrefillPlan def;
     if (kvq::plan_prefill<Cfg>(kvq::PrefillShape{1, HQ, H, R, 1, 1, 1}, &def) != kvq::Status::kSuccess) return;
@@ -79,7 +80,7 @@ struct PrefillCase {
     };
     std::vector<Variant> variants{{"prefill/", 0, kvq::PrefillKernel::kAuto, 0}};
     if (def.kernel == kvq::PrefillKernel::kWgmma) {
-      variants.push_back({"prefill_w64/", 0, kvq::PrefillKernel::kWgmma, 64});
+      variants.push_back({"prefill_wother/", 0, kvq::PrefillKernel::kWgmma, def.tile_tokens == 32 ? 64 : 32});
       variants.push_back({"prefill_alt/", 0, kvq::PrefillKernel::kMmaSync, 0});
     } else {
       variants.push_back({"prefill_alt/", def.rows_per_cta == kvq::kPrefillRowsSmall ? kvq::kPrefillRowsLarge : kvq::kPrefillRowsSmall,

@@ -4,8 +4,9 @@ columns) and a markdown table, with PyTorch SDPA's (bench/sdpa_prefill.py CSV) b
 
 usage: bench/prefill_csv.py RUN.json --csv OUT.csv [--sdpa SDPA.csv] --commit C --gpu NAME
 Medians only; "prefill/" entries (the library's default kernel) go to the CSV, "prefill_alt/"
-(the mma.sync kernel where the default is wgmma, else the other CTA height) and "prefill_w64/" (the
-wgmma kernel with 64-token tiles) entries only to the table. tflops: the issue's count
+(the mma.sync kernel where the default is wgmma, else the other CTA height) and "prefill_wother/"
+(the wgmma kernel with the K/V tile it does not default to; "prefill_w64/" in runs before v5)
+entries only to the table. tflops: the issue's count
 4 chunk prefix D Hq + 2 chunk^2 D Hq over the time; ratio_vs_none: time(none) / time(format)."""
 import argparse
 import csv
@@ -45,10 +46,10 @@ with open(args.csv, "w", newline="") as f:
                     f"{r['tflops']:.1f}", f"{none[key] / r['time_us']:.3f}" if key in none else "", args.gpu,
                     args.commit, date])
 order = ["none", "int8", "int4", "int2", "k4v2"]
-print("| format | chunk | prefix | kernel | time (us) | TFLOP/s | vs none | wgmma 64-token tiles: TFLOP/s | alt: TFLOP/s | SDPA bf16 (us, TFLOP/s) |")
+print("| format | chunk | prefix | kernel | time (us) | TFLOP/s | vs none | wgmma, other tile: TFLOP/s | alt: TFLOP/s | SDPA bf16 (us, TFLOP/s) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 alt = {(r["format"], r["chunk"], r["prefix"]): r for r in rows if r["kind"] == "prefill_alt"}
-w32 = {(r["format"], r["chunk"], r["prefix"]): r for r in rows if r["kind"] == "prefill_w64"}
+w32 = {(r["format"], r["chunk"], r["prefix"]): r for r in rows if r["kind"] in ("prefill_wother", "prefill_w64")}
 for r in sorted((r for r in rows if r["kind"] == "prefill"), key=lambda r: (order.index(r["format"]), r["chunk"], r["prefix"])):
     key = (r["chunk"], r["prefix"])
     a = alt.get((r["format"], r["chunk"], r["prefix"]))
@@ -56,7 +57,7 @@ for r in sorted((r for r in rows if r["kind"] == "prefill"), key=lambda r: (orde
     ratio = f"{none[key] / r['time_us']:.2f}x" if key in none else ""
     other = f"{a['tflops']:.0f} ({a['kern']}, {a['rows']} rows)" if a else ""
     x = w32.get((r["format"], r["chunk"], r["prefix"]))
-    t32 = f"{x['tflops']:.0f}" if x else ""
+    t32 = f"{x['tflops']:.0f} ({x['kern']})" if x else ""
     print(f"| {r['format']} | {r['chunk']} | {r['prefix']} | {r['kern']} | {r['time_us']:.0f} | {r['tflops']:.0f} | {ratio} | "
           f"{t32} | {other} | {s} |")
 print(f"\ndate {run['context']['date']}")

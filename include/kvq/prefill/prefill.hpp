@@ -27,7 +27,7 @@ KVQ_NAMESPACE_BEGIN
 // rows_per_cta: 0 (the default choice) or kPrefillRowsSmall / kPrefillRowsLarge. kernel: kAuto
 // takes the wgmma kernel where this build and the current device have it (and rows_per_cta is 0
 // or kPrefillRowsLarge), else mma.sync; kWgmma where it is not available is kNotInstantiated.
-// tile_tokens: the wgmma kernel's K/V tile, 0 (kPrefillWgmmaTileTokens), 32 or 64.
+// tile_tokens: the wgmma kernel's K/V tile, 0 (prefill_wgmma_default_tile), 32 or 64.
 template <class Cfg>
 Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_cta = 0,
                     PrefillKernel kernel = PrefillKernel::kAuto, int tile_tokens = 0);

@@ -28,8 +28,21 @@ KVQ_HD void load8_u16(const uint16_t* p, uint16_t (&out)[kDecodeChunk]) {
 #endif
 }
 
-// The fp32 parameters of key channels c0 .. c0 + 7 (INT2 / INT4 keys) of the key group that holds
-// token t: the same for every token of that group, so a caller decoding several of them
+// Keys of INT2 / INT4 sections: channels c0 .. c0+7 are elements e of the word shifted to channel
+// c0 (c0 % (32 / bits) is even); their 8 scales and 8 zeros are 16 aligned bytes each (rows of D
+// fp16, c0 % 8 == 0).
+template <class Q, int D>
+KVQ_HD uint32_t key_chunk_word(const uint8_t* codes, int t, int c0) {
+  const CodeSlot first = code_slot<Q::bits, D>(Role::kKey, t, c0);
+  return reinterpret_cast<const uint32_t*>(codes)[first.word] >> first.shift;
+}
+template <class Q>
+KVQ_HD uint32_t key_chunk_code(uint32_t word, int e) {
+  return (word >> packed_bit_offset(Q::bits, e)) & uint32_t(Q::max_code);
+}
+
+// The fp32 parameters of key channels c0 .. c0 + 7 of the key group that holds token t: the same
+// for every token of that group, so a caller decoding several of them (the prefill tile loader)
 // converts them once and passes them to decode_key_chunk.
 struct KeyChunkParams {
   float scale[kDecodeChunk], zero[kDecodeChunk];
@@ -37,7 +50,6 @@ struct KeyChunkParams {
 
 template <class Q, int D>
 KVQ_HD KeyChunkParams key_chunk_params(const uint8_t* params, int t, int c0) {
-  // the 8 scales and 8 zeros are 16 aligned bytes each (rows of D fp16, c0 % 8 == 0)
   const uint16_t* row = key_params_row<Q, D>(params, t);
   uint16_t scale[kDecodeChunk], zero[kDecodeChunk];
   load8_u16(row + c0, scale);
@@ -51,33 +63,34 @@ KVQ_HD KeyChunkParams key_chunk_params(const uint8_t* params, int t, int c0) {
   return p;
 }
 
-// Keys (t, c0 .. c0 + 7) of an INT2 / INT4 key section with their group's parameters: channels
-// c0 .. c0+7 are elements e of the word shifted to channel c0 (c0 % (32 / bits) is even).
+// Keys (t, c0 .. c0 + 7) with their group's converted parameters (the values decode_chunk gives).
 template <class Q, int D>
 KVQ_HD void decode_key_chunk(const uint8_t* codes, int t, int c0, const KeyChunkParams& p, float (&out)[kDecodeChunk]) {
-  constexpr uint32_t mask = uint32_t(Q::max_code);
-  const CodeSlot first = code_slot<Q::bits, D>(Role::kKey, t, c0);
-  const uint32_t w = reinterpret_cast<const uint32_t*>(codes)[first.word] >> first.shift;
+  const uint32_t w = key_chunk_word<Q, D>(codes, t, c0);
   KVQ_UNROLL
-  for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode((w >> packed_bit_offset(Q::bits, e)) & mask, p.zero[e], p.scale[e]);
+  for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(key_chunk_code<Q>(w, e), p.zero[e], p.scale[e]);
 }
 
-// Values (t, c0 .. c0 + 7) of an INT2 / INT4 value section from the words of t's token pair
-// (`pair_words` = the section's words from code_slot(kValue, t, c0).word on; both tokens of a pair
-// share them) and t's parity: channel c0 + e is element 2 (e % (n/2)) + parity of word e / (n/2).
-// A caller decoding both tokens of a pair loads their words once.
+// Values of INT2 / INT4 sections: a token pair's word holds n/2 channels (n = 32 / bits); channel
+// c0 + e of the token of parity `parity` is element 2 (e % (n/2)) + parity of word e / (n/2) of the
+// pair's words from code_slot(kValue, t, c0).word on.
+template <class Q>
+KVQ_HD uint32_t value_chunk_code(const uint32_t* pair_words, int e, int parity) {
+  constexpr int half = 32 / Q::bits / 2;
+  static_assert(kDecodeChunk % half == 0, "a chunk is whole words of a token pair");
+  return (pair_words[e / half] >> packed_bit_offset(Q::bits, 2 * (e % half) + parity)) & uint32_t(Q::max_code);
+}
+
+// Values (t, c0 .. c0 + 7) given the pair's words and t's parity: a caller decoding both tokens of
+// a pair (the prefill tile loader) loads their words once (the values decode_chunk gives).
 template <class Q, int D, int P>
 KVQ_HD void decode_value_chunk(const uint32_t* pair_words, const uint8_t* params, int t, int parity, int c0,
                                float (&out)[kDecodeChunk]) {
-  constexpr int bits = Q::bits, half = 32 / bits / 2;
-  static_assert(kDecodeChunk % half == 0, "a chunk is whole words of a token pair");
-  constexpr uint32_t mask = uint32_t(Q::max_code);
   const AsymParams whole = asym_params_at<Q, Role::kValue, D, P>(params, t, c0);
   KVQ_UNROLL
   for (int e = 0; e < kDecodeChunk; ++e) {
-    const uint32_t code = (pair_words[e / half] >> packed_bit_offset(bits, 2 * (e % half) + parity)) & mask;
     const AsymParams par = Q::group % kDecodeChunk == 0 ? whole : asym_params_at<Q, Role::kValue, D, P>(params, t, c0 + e);
-    out[e] = asym_decode(code, f16_bits_to_f32(par.zero), f16_bits_to_f32(par.scale));
+    out[e] = asym_decode(value_chunk_code<Q>(pair_words, e, parity), f16_bits_to_f32(par.zero), f16_bits_to_f32(par.scale));
   }
 }
 
@@ -97,13 +110,35 @@ KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int
   } else {
     // The 8 codes sit in one packed word (keys; INT2 values) or two (INT4 values): code_slot of
     // the first channel gives the word and the shift of element 0 (packing.hpp); the parameters
-    // come from asym_params_at, once for the chunk where a value group covers it.
+    // come from asym_params_at, once for the chunk where a value group covers it. Codes and fp16
+    // parameters of all 8 elements first, the conversions and fmas after: in this order the
+    // dequantize kernel issues all the loads of a thread's items before their math (an earlier
+    // form converting the key parameters up front lost a fifth of its INT2 throughput).
+    const CodeSlot first = code_slot<Q::bits, D>(R, t, c0);
+    uint32_t code[kDecodeChunk];
+    AsymParams par[kDecodeChunk];
     if constexpr (R == Role::kKey) {
-      decode_key_chunk<Q, D>(codes, t, c0, key_chunk_params<Q, D>(params, t, c0), out);
+      const uint32_t w = key_chunk_word<Q, D>(codes, t, c0);
+      const uint16_t* row = key_params_row<Q, D>(params, t);
+      uint16_t scale[kDecodeChunk], zero[kDecodeChunk];
+      load8_u16(row + c0, scale);
+      load8_u16(row + D + c0, zero);
+      KVQ_UNROLL
+      for (int e = 0; e < kDecodeChunk; ++e) {
+        code[e] = key_chunk_code<Q>(w, e);
+        par[e] = AsymParams{scale[e], zero[e]};
+      }
     } else {
-      const uint32_t* words = reinterpret_cast<const uint32_t*>(codes) + code_slot<Q::bits, D>(R, t, c0).word;
-      decode_value_chunk<Q, D, P>(words, params, t, t & 1, c0, out);
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(codes) + first.word;
+      const AsymParams whole = asym_params_at<Q, R, D, P>(params, t, c0);
+      KVQ_UNROLL
+      for (int e = 0; e < kDecodeChunk; ++e) {
+        code[e] = value_chunk_code<Q>(words, e, t & 1);
+        par[e] = Q::group % kDecodeChunk == 0 ? whole : asym_params_at<Q, R, D, P>(params, t, c0 + e);
+      }
     }
+    KVQ_UNROLL
+    for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(code[e], f16_bits_to_f32(par[e].zero), f16_bits_to_f32(par[e].scale));
   }
 }
 
