@@ -178,6 +178,28 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
   }
 }
 
+// Row r, channels 8c .. 8c+7 of a tile buffer (k or v) in the model dtype.
+template <class Tile>
+KVQ_DEVICE void store_tile_chunk(uint8_t* dst, int r, int c, const float (&x)[kDecodeChunk]) {
+  using T = typename Tile::T;
+  const uint4 w = make_uint4(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]), pack2<T>(x[4], x[5]), pack2<T>(x[6], x[7]));
+  *reinterpret_cast<uint4*>(dst + size_t(Tile::swizzle(r, c)) * 16) = w;
+}
+
+// Staged rows [0, rows) of one role (sections at `codes` / `params` of each staged page) into dst,
+// an item being 8 channels of one row (decode_chunk), NT threads.
+template <class Tile, class Q, Role R, int NT>
+KVQ_DEVICE void decode_tile_rows(const uint8_t* raw, int rows, size_t codes, size_t params, uint8_t* dst) {
+  constexpr int CH = Tile::chunks, SP = Tile::SP;
+  for (unsigned idx = threadIdx.x; idx < unsigned(rows * CH); idx += NT) {
+    const int r = int(idx / CH), c = int(idx % CH);
+    const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
+    float x[kDecodeChunk];
+    decode_chunk<Q, R, Tile::D, SP, typename Tile::T>(page + codes, page + params, int(unsigned(r) % SP), 8 * c, x);
+    store_tile_chunk<Tile>(dst, r, c, x);
+  }
+}
+
 // Dequantizes the record tokens of tile [t0, t0 + BN) of the quantized roles from raw into k / v,
 // with the CTA's NT threads. INT2 / INT4 keys: a thread keeps one channel chunk (NT is a multiple
 // of D / 8) and walks rows NT / (D / 8) apart, converting its chunk's parameters once per key
@@ -186,7 +208,6 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
 template <class Cfg, int BN_, int NT>
 KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, const uint8_t* raw) {
   using Tile = KvTile<Cfg, BN_>;
-  using T = typename Cfg::dtype;
   using KQ = typename Cfg::k_quant;
   using VQ = typename Cfg::v_quant;
   constexpr int D = Cfg::head_dim, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
@@ -194,10 +215,6 @@ KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t 
   if constexpr (Tile::k_staged || Tile::v_staged) {
     const int64_t rows64 = src.rec_end - t0;
     const int rows = rows64 <= 0 ? 0 : rows64 >= BN ? BN : int(rows64);
-    auto store = [&](uint8_t* dst, int r, int c, const float (&x)[kDecodeChunk]) {
-      const uint4 w = make_uint4(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]), pack2<T>(x[4], x[5]), pack2<T>(x[6], x[7]));
-      *reinterpret_cast<uint4*>(dst + size_t(Tile::swizzle(r, c)) * 16) = w;
-    };
     if constexpr (Tile::k_staged && KQ::kind == QuantKind::kAsym) {
       static_assert(NT % CH == 0, "a thread keeps one channel chunk of the keys");
       const int c = int(threadIdx.x % unsigned(CH));
@@ -212,16 +229,10 @@ KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t 
         }
         float x[kDecodeChunk];
         decode_key_chunk<KQ, D>(page + Tile::kc, t, 8 * c, par, x);
-        store(k, r, c, x);
+        store_tile_chunk<Tile>(k, r, c, x);
       }
     } else if constexpr (Tile::k_staged) {
-      for (unsigned idx = threadIdx.x; idx < unsigned(rows * CH); idx += NT) {
-        const int r = int(idx / CH), c = int(idx % CH);
-        const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
-        float x[kDecodeChunk];
-        decode_chunk<KQ, Role::kKey, D, SP, T>(page + Tile::kc, page + Tile::kp, int(unsigned(r) % SP), 8 * c, x);
-        store(k, r, c, x);
-      }
+      decode_tile_rows<Tile, KQ, Role::kKey, NT>(raw, rows, Tile::kc, Tile::kp, k);
     }
     if constexpr (Tile::v_staged && VQ::kind == QuantKind::kAsym) {
       // A thread decodes one channel chunk of a token pair: both tokens' codes are in the same
@@ -233,20 +244,14 @@ KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t 
             reinterpret_cast<const uint32_t*>(page + Tile::vc) + code_slot<VQ::bits, D>(Role::kValue, t, 8 * c).word;
         float x[kDecodeChunk];
         decode_value_chunk<VQ, D, SP>(words, page + Tile::vp, t, 0, 8 * c, x);
-        store(v, r, c, x);
+        store_tile_chunk<Tile>(v, r, c, x);
         if (r + 1 < rows) {
           decode_value_chunk<VQ, D, SP>(words, page + Tile::vp, t + 1, 1, 8 * c, x);
-          store(v, r + 1, c, x);
+          store_tile_chunk<Tile>(v, r + 1, c, x);
         }
       }
     } else if constexpr (Tile::v_staged) {
-      for (unsigned idx = threadIdx.x; idx < unsigned(rows * CH); idx += NT) {
-        const int r = int(idx / CH), c = int(idx % CH);
-        const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
-        float x[kDecodeChunk];
-        decode_chunk<VQ, Role::kValue, D, SP, T>(page + Tile::vc, page + Tile::vp, int(unsigned(r) % SP), 8 * c, x);
-        store(v, r, c, x);
-      }
+      decode_tile_rows<Tile, VQ, Role::kValue, NT>(raw, rows, Tile::vc, Tile::vp, v);
     }
   }
 }
