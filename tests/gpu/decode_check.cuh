@@ -41,6 +41,12 @@ OutputError output_error(const std::vector<T>& got, const std::vector<float>& re
   return OutputError{std::sqrt(num / std::max(den, 1e-30)), mx / std::max(refmax, 1e-30)};
 }
 
+// x rounded to the model dtype T, back in fp32.
+template <class T>
+float round_to(float x) {
+  return T::from_float(x).to_float();
+}
+
 // The same attention on the operands the contract defines (reference::attention_operands):
 // `exact` in fp64; `naive` in the model dtype T the way a plain implementation computes it
 // (K, V, logits and probabilities rounded to T; fp32 sums; output rounded to T).
@@ -54,7 +60,7 @@ template <class Cfg>
 Fp64Attention fp64_attention(const kvq::CacheView<typename Cfg::dtype>& v, const kvq::AttentionBatch<typename Cfg::dtype>& a) {
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page;
-  auto r = [](float x) { return T::from_float(x).to_float(); };
+  auto r = round_to<T>;
   const int group = a.num_q_heads / v.num_kv_heads;
   Fp64Attention out;
   out.softcapped = a.softcap > 0;
@@ -130,7 +136,7 @@ Fp64Attention fp64_attention(const kvq::CacheView<typename Cfg::dtype>& v, const
 // outputs the naive error is a noisy statistic (bench/NOTES.md, "The seed-9019 prefill case").
 template <class T>
 void check_fa3(const std::vector<T>& got, const Fp64Attention& f, const std::string& where) {
-  auto r = [](float x) { return T::from_float(x).to_float(); };
+  auto r = round_to<T>;
   double e_got = 0, e_naive = 0, mx = 0, atol = 0;
   for (size_t x = 0; x < f.exact.size(); ++x) {
     e_got = std::max(e_got, std::fabs(double(got[x].to_float()) - f.exact[x]));

@@ -98,8 +98,7 @@ TEST_SUITE("gpu") {
       CHECK(kvq::plan_prefill<Cfg>(ok, &p, kvq::kPrefillRowsSmall, kvq::PrefillKernel::kWgmma) == kvq::Status::kInvalidShape);
       REQUIRE(kvq::plan_prefill<Cfg>(ok, &p) == kvq::Status::kSuccess);
       CHECK(p.kernel == kvq::PrefillKernel::kWgmma);
-      CHECK(p.tile_tokens == kvq::prefill_wgmma_default_tile(Cfg::k_quant::kind == kvq::QuantKind::kAsym ||
-                                                              Cfg::v_quant::kind == kvq::QuantKind::kAsym));
+      CHECK(p.tile_tokens == kvq::prefill_wgmma_default_tile<Cfg>());
     } else {
       CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma) == kvq::Status::kNotInstantiated);
     }

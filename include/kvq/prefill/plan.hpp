@@ -28,10 +28,13 @@ constexpr int prefill_rows_per_cta(int head_dim, bool /*quantized*/) {
 // compute capability 9.0 GPU, head dims 64 and 128; CTAs of two warpgroups, kPrefillRowsLarge
 // rows, K/V tiles of tile_tokens = 32 or 64 tokens). kAuto: wgmma where available.
 enum class PrefillKernel : int32_t { kAuto = -1, kMmaSync = 0, kWgmma = 1 };
-// The wgmma kernel's default K/V tile (measured: bench/RESULTS.md, "Chunked prefill v5"): 64 tokens
-// (one CTA per SM) when a role holds INT2 / INT4 codes, whose dequantization a longer tile
-// amortizes better; 32 tokens (two CTAs per SM) for "none" and INT8.
-constexpr int prefill_wgmma_default_tile(bool int_codes) { return int_codes ? 64 : 32; }
+// The wgmma kernel's default K/V tile for configuration Cfg (measured: bench/RESULTS.md, "Chunked
+// prefill v5"): 64 tokens (one CTA per SM) when a role holds INT2 / INT4 codes, whose
+// dequantization a longer tile amortizes better; 32 tokens (two CTAs per SM) for "none" and INT8.
+template <class Cfg>
+constexpr int prefill_wgmma_default_tile() {
+  return Cfg::k_quant::kind == QuantKind::kAsym || Cfg::v_quant::kind == QuantKind::kAsym ? 64 : 32;
+}
 
 struct PrefillShape {
   int32_t batch;         // sequences (upper bound)

@@ -74,8 +74,7 @@ Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_c
     const Status st = plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, kPrefillRowsLarge, plan);
     if (st == Status::kSuccess) {
       plan->kernel = PrefillKernel::kWgmma;
-      constexpr bool int_codes = Cfg::k_quant::kind == QuantKind::kAsym || Cfg::v_quant::kind == QuantKind::kAsym;
-      plan->tile_tokens = tile_tokens ? tile_tokens : prefill_wgmma_default_tile(int_codes);
+      plan->tile_tokens = tile_tokens ? tile_tokens : prefill_wgmma_default_tile<Cfg>();
     }
     return st;
   }

@@ -81,6 +81,13 @@ KVQ_HD uint32_t value_chunk_code(const uint32_t* pair_words, int e, int parity) 
   return (pair_words[e / half] >> packed_bit_offset(Q::bits, 2 * (e % half) + parity)) & uint32_t(Q::max_code);
 }
 
+// Parameters of value element e of chunk (t, c0): `whole` (asym_params_at(t, c0)) when a value group
+// covers the chunk, else element e's own.
+template <class Q, int D, int P>
+KVQ_HD AsymParams value_element_params(const uint8_t* params, int t, int c0, int e, const AsymParams& whole) {
+  return Q::group % kDecodeChunk == 0 ? whole : asym_params_at<Q, Role::kValue, D, P>(params, t, c0 + e);
+}
+
 // Values (t, c0 .. c0 + 7) given the pair's words and t's parity: a caller decoding both tokens of
 // a pair (the prefill tile loader) loads their words once (the values decode_chunk gives).
 template <class Q, int D, int P>
@@ -89,7 +96,7 @@ KVQ_HD void decode_value_chunk(const uint32_t* pair_words, const uint8_t* params
   const AsymParams whole = asym_params_at<Q, Role::kValue, D, P>(params, t, c0);
   KVQ_UNROLL
   for (int e = 0; e < kDecodeChunk; ++e) {
-    const AsymParams par = Q::group % kDecodeChunk == 0 ? whole : asym_params_at<Q, Role::kValue, D, P>(params, t, c0 + e);
+    const AsymParams par = value_element_params<Q, D, P>(params, t, c0, e, whole);
     out[e] = asym_decode(value_chunk_code<Q>(pair_words, e, parity), f16_bits_to_f32(par.zero), f16_bits_to_f32(par.scale));
   }
 }
@@ -134,7 +141,7 @@ KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int
       KVQ_UNROLL
       for (int e = 0; e < kDecodeChunk; ++e) {
         code[e] = value_chunk_code<Q>(words, e, t & 1);
-        par[e] = Q::group % kDecodeChunk == 0 ? whole : asym_params_at<Q, R, D, P>(params, t, c0 + e);
+        par[e] = value_element_params<Q, D, P>(params, t, c0, e, whole);
       }
     }
     KVQ_UNROLL
