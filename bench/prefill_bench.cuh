@@ -59,16 +59,18 @@ struct PrefillCase {
         state.SkipWithError("prefill failed");
     });
     state.counters["rows_per_cta"] = plan.rows_per_cta;
-    state.counters["wgmma"] = plan.kernel == kvq::PrefillKernel::kWgmma ? 1 : 0;
+    state.counters["wgmma"] = plan.kernel == kvq::PrefillKernel::kMmaSync ? 0 : 1;
+    state.counters["kernel"] = int(plan.kernel);  // 0 mma.sync, 1 wgmma, 2 wgmma warp-specialized
     state.counters["tile_tokens"] = plan.tile_tokens;
     state.counters["flops"] = flops(chunk, prefix);
     state.counters["TFLOPs"] = benchmark::Counter(flops(chunk, prefix) * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   }
 
-  // "prefill/": the library's choice (on an sm_90a build with a Hopper GPU the wgmma kernel with its
-  // default K/V tile, prefill_wgmma_default_tile); "prefill_wother/": the wgmma kernel with the
-  // other tile (32 <-> 64 tokens); "prefill_alt/": the mma.sync kernel (the sm_80 path) at the CTA
-  // height the library would give it.
+  // "prefill/": the library's choice (on an sm_90a build with a Hopper GPU prefill_hopper_default);
+  // where that is the wgmma kernel, "prefill_wother/" runs it with the other tile (32 <-> 64 tokens)
+  // and "prefill_ws/" the warp-specialized kernel; where it is the warp-specialized kernel,
+  // "prefill_wgmma/" runs the wgmma kernel with its default tile; "prefill_alt/": the mma.sync
+  // kernel (the sm_80 path) at the CTA height the library would give it.
   static void register_all(const std::string& name) {
     kvq::PrefillPlan def;
     if (kvq::plan_prefill<Cfg>(kvq::PrefillShape{1, HQ, H, R, 1, 1, 1}, &def) != kvq::Status::kSuccess) return;
@@ -79,8 +81,12 @@ struct PrefillCase {
       int tile;
     };
     std::vector<Variant> variants{{"prefill/", 0, kvq::PrefillKernel::kAuto, 0}};
-    if (def.kernel == kvq::PrefillKernel::kWgmma) {
-      variants.push_back({"prefill_wother/", 0, kvq::PrefillKernel::kWgmma, def.tile_tokens == 32 ? 64 : 32});
+    if (def.kernel != kvq::PrefillKernel::kMmaSync) {
+      if (def.kernel == kvq::PrefillKernel::kWgmma)
+        variants.push_back({"prefill_wother/", 0, kvq::PrefillKernel::kWgmma, def.tile_tokens == 32 ? 64 : 32});
+      else
+        variants.push_back({"prefill_wgmma/", 0, kvq::PrefillKernel::kWgmma, 0});
+      if (def.kernel != kvq::PrefillKernel::kWgmmaWs) variants.push_back({"prefill_ws/", 0, kvq::PrefillKernel::kWgmmaWs, 0});
       variants.push_back({"prefill_alt/", 0, kvq::PrefillKernel::kMmaSync, 0});
     } else {
       variants.push_back({"prefill_alt/", def.rows_per_cta == kvq::kPrefillRowsSmall ? kvq::kPrefillRowsLarge : kvq::kPrefillRowsSmall,

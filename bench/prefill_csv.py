@@ -5,8 +5,9 @@ columns) and a markdown table, with PyTorch SDPA's (bench/sdpa_prefill.py CSV) b
 usage: bench/prefill_csv.py RUN.json --csv OUT.csv [--sdpa SDPA.csv] --commit C --gpu NAME
 Medians only; "prefill/" entries (the library's default kernel) go to the CSV, "prefill_alt/"
 (the mma.sync kernel where the default is wgmma, else the other CTA height) and "prefill_wother/"
-(the wgmma kernel with the K/V tile it does not default to; "prefill_w64/" in runs before v5)
-entries only to the table. tflops: the issue's count
+(the wgmma kernel with the K/V tile it does not default to; "prefill_w64/" in runs before v5),
+"prefill_ws/" (the warp-specialized kernel) and "prefill_wgmma/" (the wgmma kernel where the
+default is the warp-specialized one) entries only to the table. tflops: the issue's count
 4 chunk prefix D Hq + 2 chunk^2 D Hq over the time; ratio_vs_none: time(none) / time(format)."""
 import argparse
 import csv
@@ -27,7 +28,8 @@ for b in run["benchmarks"]:
     kind, fmt, chunk, prefix = b["run_name"].removesuffix("/manual_time").split("/")
     rows.append(dict(kind=kind, format=fmt, chunk=int(chunk.split(":")[1]), prefix=int(prefix.split(":")[1]),
                      time_us=b["real_time"], tflops=b["flops"] / b["real_time"] * 1e-6, rows=int(b["rows_per_cta"]),
-                     kern=("wgmma/" + str(int(b["tile_tokens"]))) if b.get("wgmma") else "mma.sync"))
+                     kern=(("ws/" if b.get("kernel") == 2 else "wgmma/") + str(int(b["tile_tokens"]))) if b.get("wgmma")
+                     else "mma.sync"))
 none = {(r["chunk"], r["prefix"]): r["time_us"] for r in rows if r["format"] == "none" and r["kind"] == "prefill"}
 sdpa = {}
 if args.sdpa:
@@ -46,18 +48,19 @@ with open(args.csv, "w", newline="") as f:
                     f"{r['tflops']:.1f}", f"{none[key] / r['time_us']:.3f}" if key in none else "", args.gpu,
                     args.commit, date])
 order = ["none", "int8", "int4", "int2", "k4v2"]
-print("| format | chunk | prefix | kernel | time (us) | TFLOP/s | vs none | wgmma, other tile: TFLOP/s | alt: TFLOP/s | SDPA bf16 (us, TFLOP/s) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-alt = {(r["format"], r["chunk"], r["prefix"]): r for r in rows if r["kind"] == "prefill_alt"}
-w32 = {(r["format"], r["chunk"], r["prefix"]): r for r in rows if r["kind"] in ("prefill_wother", "prefill_w64")}
+others = ["prefill_wother", "prefill_w64", "prefill_wgmma", "prefill_ws", "prefill_alt"]
+present = [k for k in others if any(r["kind"] == k for r in rows)]
+by = {(r["kind"], r["format"], r["chunk"], r["prefix"]): r for r in rows}
+print("| format | chunk | prefix | kernel | time (us) | TFLOP/s | vs none | " + " | ".join(k.removeprefix("prefill_") + ": TFLOP/s" for k in present) + " | SDPA bf16 (us, TFLOP/s) |")
+print("|" + " --- |" * (8 + len(present)))
 for r in sorted((r for r in rows if r["kind"] == "prefill"), key=lambda r: (order.index(r["format"]), r["chunk"], r["prefix"])):
     key = (r["chunk"], r["prefix"])
-    a = alt.get((r["format"], r["chunk"], r["prefix"]))
     s = f"{sdpa[key][0]:.0f}, {sdpa[key][1]:.0f}" if key in sdpa else ""
     ratio = f"{none[key] / r['time_us']:.2f}x" if key in none else ""
-    other = f"{a['tflops']:.0f} ({a['kern']}, {a['rows']} rows)" if a else ""
-    x = w32.get((r["format"], r["chunk"], r["prefix"]))
-    t32 = f"{x['tflops']:.0f} ({x['kern']})" if x else ""
+    cells = []
+    for k in present:
+        x = by.get((k, r["format"], r["chunk"], r["prefix"]))
+        cells.append(f"{x['tflops']:.0f} ({x['kern']}{', %d rows' % x['rows'] if k == 'prefill_alt' else ''})" if x else "")
     print(f"| {r['format']} | {r['chunk']} | {r['prefix']} | {r['kern']} | {r['time_us']:.0f} | {r['tflops']:.0f} | {ratio} | "
-          f"{t32} | {other} | {s} |")
+          + " | ".join(cells) + f" | {s} |")
 print(f"\ndate {run['context']['date']}")

@@ -113,10 +113,11 @@ struct TileSource {
   }
 };
 
-// cp.async of tile [t0, t0 + BN) into (k, v, raw); the caller commits the group.
-template <class Cfg, int BN_>
+// cp.async of tile [t0, t0 + BN) into (k, v, raw) by NT threads (this one is `tid` of them); the
+// caller commits the group.
+template <class Cfg, int BN_, int NT>
 KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, const int32_t* ids, uint8_t* k, uint8_t* v,
-                           uint8_t* raw) {
+                           uint8_t* raw, unsigned tid) {
   using Tile = KvTile<Cfg, BN_>;
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
@@ -130,12 +131,12 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
       const int off = int(t0 % P);
       if constexpr (Tile::k_staged || Tile::v_staged) {
         constexpr int page_chunks = int(Tile::page_bytes / 16);
-        for (unsigned idx = threadIdx.x; idx < unsigned(page_chunks); idx += blockDim.x)
+        for (unsigned idx = tid; idx < unsigned(page_chunks); idx += NT)
           cp_async16(raw + size_t(idx) * 16, Tile::staged_source(rec, off, size_t(idx) * 16));
       }
       constexpr int unstaged = (Tile::k_staged ? 0 : 1) + (Tile::v_staged ? 0 : 1);
       if constexpr (unstaged > 0) {
-        for (unsigned idx = threadIdx.x; idx < unsigned(unstaged * BN * CH); idx += blockDim.x) {  // unsigned: shifts, not divisions
+        for (unsigned idx = tid; idx < unsigned(unstaged * BN * CH); idx += NT) {  // unsigned: shifts, not divisions
           const bool is_v = Tile::k_staged || idx >= unsigned(BN * CH);
           const int r = int(idx % unsigned(BN * CH) / unsigned(CH)), c = int(idx % unsigned(CH));
           cp_async16((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16,
@@ -147,7 +148,7 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
   }
   if constexpr (Tile::k_staged || Tile::v_staged) {
     constexpr int page_chunks = int(Tile::page_bytes / 16);
-    for (int idx = threadIdx.x; idx < Tile::staged_pages * page_chunks; idx += blockDim.x) {
+    for (int idx = int(tid); idx < Tile::staged_pages * page_chunks; idx += NT) {
       const int sp = idx / page_chunks;
       const int64_t ts = t0 + int64_t(sp) * SP;
       if (ts >= src.rec_end) continue;
@@ -157,7 +158,7 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
     }
   }
   // Model-dtype rows: every row of a "none" role, the hot / new rows of a quantized one.
-  for (int idx = threadIdx.x; idx < 2 * BN * CH; idx += blockDim.x) {
+  for (int idx = int(tid); idx < 2 * BN * CH; idx += NT) {
     const bool is_v = idx >= BN * CH;
     const int r = (idx % (BN * CH)) / CH, c = idx % CH;
     const int64_t t = t0 + r;
@@ -187,11 +188,11 @@ KVQ_DEVICE void store_tile_chunk(uint8_t* dst, int r, int c, const float (&x)[kD
 }
 
 // Staged rows [0, rows) of one role (sections at `codes` / `params` of each staged page) into dst,
-// an item being 8 channels of one row (decode_chunk), NT threads.
+// an item being 8 channels of one row (decode_chunk), by NT threads (this one is `tid`).
 template <class Tile, class Q, Role R, int NT>
-KVQ_DEVICE void decode_tile_rows(const uint8_t* raw, int rows, size_t codes, size_t params, uint8_t* dst) {
+KVQ_DEVICE void decode_tile_rows(const uint8_t* raw, int rows, size_t codes, size_t params, uint8_t* dst, unsigned tid) {
   constexpr int CH = Tile::chunks, SP = Tile::SP;
-  for (unsigned idx = threadIdx.x; idx < unsigned(rows * CH); idx += NT) {
+  for (unsigned idx = tid; idx < unsigned(rows * CH); idx += NT) {
     const int r = int(idx / CH), c = int(idx % CH);
     const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
     float x[kDecodeChunk];
@@ -201,12 +202,13 @@ KVQ_DEVICE void decode_tile_rows(const uint8_t* raw, int rows, size_t codes, siz
 }
 
 // Dequantizes the record tokens of tile [t0, t0 + BN) of the quantized roles from raw into k / v,
-// with the CTA's NT threads. INT2 / INT4 keys: a thread keeps one channel chunk (NT is a multiple
+// with NT threads (this one is `tid` of them). INT2 / INT4 keys: a thread keeps one channel chunk (NT is a multiple
 // of D / 8) and walks rows NT / (D / 8) apart, converting its chunk's parameters once per key
 // group instead of once per row; INT2 / INT4 values: an item is one channel chunk of a token
 // pair; INT8 roles: 8 channels of one row.
 template <class Cfg, int BN_, int NT>
-KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, const uint8_t* raw) {
+KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, const uint8_t* raw,
+                            unsigned tid) {
   using Tile = KvTile<Cfg, BN_>;
   using KQ = typename Cfg::k_quant;
   using VQ = typename Cfg::v_quant;
@@ -217,10 +219,10 @@ KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t 
     const int rows = rows64 <= 0 ? 0 : rows64 >= BN ? BN : int(rows64);
     if constexpr (Tile::k_staged && KQ::kind == QuantKind::kAsym) {
       static_assert(NT % CH == 0, "a thread keeps one channel chunk of the keys");
-      const int c = int(threadIdx.x % unsigned(CH));
+      const int c = int(tid % unsigned(CH));
       KeyChunkParams par;
       int par_id = -1;  // staged page x SP + first token of the key group whose parameters par holds
-      for (int r = int(threadIdx.x / unsigned(CH)); r < rows; r += NT / CH) {  // r >= 0: its divisions are shifts
+      for (int r = int(tid / unsigned(CH)); r < rows; r += NT / CH) {  // r >= 0: its divisions are shifts
         const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
         const int t = int(unsigned(r) % SP), id = (r - t) + int(unsigned(t) / KQ::group) * KQ::group;
         if (id != par_id) {
@@ -232,12 +234,12 @@ KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t 
         store_tile_chunk<Tile>(k, r, c, x);
       }
     } else if constexpr (Tile::k_staged) {
-      decode_tile_rows<Tile, KQ, Role::kKey, NT>(raw, rows, Tile::kc, Tile::kp, k);
+      decode_tile_rows<Tile, KQ, Role::kKey, NT>(raw, rows, Tile::kc, Tile::kp, k, tid);
     }
     if constexpr (Tile::v_staged && VQ::kind == QuantKind::kAsym) {
       // A thread decodes one channel chunk of a token pair: both tokens' codes are in the same
       // words (packing.hpp), loaded once. Rows are even from every staged page's start (SP even).
-      for (unsigned idx = threadIdx.x; idx < unsigned((rows + 1) / 2 * CH); idx += NT) {
+      for (unsigned idx = tid; idx < unsigned((rows + 1) / 2 * CH); idx += NT) {
         const int r = 2 * int(idx / CH), c = int(idx % CH), t = int(unsigned(r) % SP);
         const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
         const uint32_t* words =
@@ -251,7 +253,7 @@ KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t 
         }
       }
     } else if constexpr (Tile::v_staged) {
-      decode_tile_rows<Tile, VQ, Role::kValue, NT>(raw, rows, Tile::vc, Tile::vp, v);
+      decode_tile_rows<Tile, VQ, Role::kValue, NT>(raw, rows, Tile::vc, Tile::vp, v, tid);
     }
   }
 }

@@ -24,16 +24,25 @@ constexpr int prefill_rows_per_cta(int head_dim, bool /*quantized*/) {
 }
 
 // The tensor-core kernel that serves a plan: mma.sync (sm_80 and sm_90, every head dim; CTAs of
-// kPrefillRowsSmall or kPrefillRowsLarge rows) or, on Hopper, wgmma (an sm_90a build on a
-// compute capability 9.0 GPU, head dims 64 and 128; CTAs of two warpgroups, kPrefillRowsLarge
-// rows, K/V tiles of tile_tokens = 32 or 64 tokens). kAuto: wgmma where available.
-enum class PrefillKernel : int32_t { kAuto = -1, kMmaSync = 0, kWgmma = 1 };
+// kPrefillRowsSmall or kPrefillRowsLarge rows) or, on Hopper (an sm_90a build on a compute
+// capability 9.0 GPU, head dims 64 and 128, kPrefillRowsLarge rows a CTA): wgmma (two
+// warpgroups that copy, dequantize and multiply in turn; K/V tiles of tile_tokens = 32 or 64) or
+// wgmma_ws (warp-specialized: a producer warpgroup copies and dequantizes 64-token tiles for two
+// consumer warpgroups). kAuto: the Hopper default where available (prefill_hopper_default).
+enum class PrefillKernel : int32_t { kAuto = -1, kMmaSync = 0, kWgmma = 1, kWgmmaWs = 2 };
 // The wgmma kernel's default K/V tile for configuration Cfg (measured: bench/RESULTS.md, "Chunked
 // prefill v5"): 64 tokens (one CTA per SM) when a role holds INT2 / INT4 codes, whose
 // dequantization a longer tile amortizes better; 32 tokens (two CTAs per SM) for "none" and INT8.
 template <class Cfg>
 constexpr int prefill_wgmma_default_tile() {
   return Cfg::k_quant::kind == QuantKind::kAsym || Cfg::v_quant::kind == QuantKind::kAsym ? 64 : 32;
+}
+
+// The Hopper kernel kAuto takes for configuration Cfg where the wgmma kernels are available
+// (measured: bench/RESULTS.md, "Chunked prefill v6").
+template <class Cfg>
+constexpr PrefillKernel prefill_hopper_default() {
+  return PrefillKernel::kWgmma;
 }
 
 struct PrefillShape {

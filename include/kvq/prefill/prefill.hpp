@@ -25,9 +25,10 @@
 KVQ_NAMESPACE_BEGIN
 
 // rows_per_cta: 0 (the default choice) or kPrefillRowsSmall / kPrefillRowsLarge. kernel: kAuto
-// takes the wgmma kernel where this build and the current device have it (and rows_per_cta is 0
-// or kPrefillRowsLarge), else mma.sync; kWgmma where it is not available is kNotInstantiated.
-// tile_tokens: the wgmma kernel's K/V tile, 0 (prefill_wgmma_default_tile), 32 or 64.
+// takes the Hopper kernel prefill_hopper_default<Cfg>() where this build and the current device
+// have the wgmma kernels (and rows_per_cta is 0 or kPrefillRowsLarge), else mma.sync; kWgmma or
+// kWgmmaWs where they are not available is kNotInstantiated. tile_tokens: the K/V tile, 0 (the
+// kernel's default: prefill_wgmma_default_tile for kWgmma), 32 or 64 (kWgmma), 64 (kWgmmaWs).
 template <class Cfg>
 Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_cta = 0,
                     PrefillKernel kernel = PrefillKernel::kAuto, int tile_tokens = 0);

@@ -6,7 +6,8 @@
 //     quantized into the workspace with the append's own code, so the result does not depend on
 //     whether the step's append ran before;
 //  2. the attention kernel, grid (row tiles, batch, KV heads): prefill_kernel.cuh (mma.sync, 128
-//     threads) or, where the plan says so, prefill_wgmma_kernel.cuh (Hopper wgmma, 256 threads).
+//     threads) or, where the plan says so, prefill_wgmma_kernel.cuh (Hopper wgmma, 256 threads) or
+//     prefill_ws_kernel.cuh (Hopper wgmma, warp-specialized, 384 threads).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +17,7 @@
 #include "kvq/prefill/prefill.hpp"
 #include "kvq/prefill/prefill_kernel.cuh"
 #include "kvq/prefill/prefill_wgmma_kernel.cuh"
+#include "kvq/prefill/prefill_ws_kernel.cuh"
 
 KVQ_NAMESPACE_BEGIN
 
@@ -45,6 +47,19 @@ Status launch_prefill_wgmma(const CacheView<typename Cfg::dtype>& cache, const A
   return Status::kSuccess;
 }
 
+template <class Cfg>
+Status launch_prefill_ws(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
+                         const PrefillPlan& plan, uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags,
+                         cudaStream_t stream) {
+  constexpr int BN = kPrefillWsTile;
+  constexpr size_t smem = PrefillWsSmem<Cfg, BN>::bytes;
+  if (cudaFuncSetAttribute(prefill_ws_kernel<Cfg, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return Status::kCudaError;
+  prefill_ws_kernel<Cfg, BN><<<dim3(unsigned(plan.row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads)),
+                               kPrefillWsThreads, smem, stream>>>(cache, batch, plan, transition, out, flags);
+  return Status::kSuccess;
+}
+
 // Whether this binary has the wgmma kernel of Cfg and the current device runs it.
 template <class Cfg>
 bool prefill_wgmma_available() {
@@ -62,19 +77,22 @@ bool prefill_wgmma_available() {
 template <class Cfg>
 Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_cta, PrefillKernel kernel, int tile_tokens) {
   constexpr bool quantized = Cfg::k_quant::kind != QuantKind::kNone || Cfg::v_quant::kind != QuantKind::kNone;
-  if (kernel != PrefillKernel::kAuto && kernel != PrefillKernel::kMmaSync && kernel != PrefillKernel::kWgmma)
+  if (kernel != PrefillKernel::kAuto && kernel != PrefillKernel::kMmaSync && kernel != PrefillKernel::kWgmma &&
+      kernel != PrefillKernel::kWgmmaWs)
     return Status::kInvalidShape;
   if (tile_tokens != 0 && tile_tokens != 32 && tile_tokens != 64) return Status::kInvalidShape;
   const bool available = detail::prefill_wgmma_available<Cfg>();
-  const bool wgmma = kernel == PrefillKernel::kWgmma ||
-                     (kernel == PrefillKernel::kAuto && (rows_per_cta == 0 || rows_per_cta == kPrefillRowsLarge) && available);
-  if (wgmma) {
+  if (kernel == PrefillKernel::kAuto && (rows_per_cta == 0 || rows_per_cta == kPrefillRowsLarge) && available)
+    kernel = prefill_hopper_default<Cfg>();
+  if (kernel == PrefillKernel::kWgmma || kernel == PrefillKernel::kWgmmaWs) {
     if (!available) return Status::kNotInstantiated;
     if (rows_per_cta != 0 && rows_per_cta != kPrefillRowsLarge) return Status::kInvalidShape;
+    const bool ws = kernel == PrefillKernel::kWgmmaWs;
+    if (ws && tile_tokens != 0 && tile_tokens != detail::kPrefillWsTile) return Status::kInvalidShape;
     const Status st = plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, kPrefillRowsLarge, plan);
     if (st == Status::kSuccess) {
-      plan->kernel = PrefillKernel::kWgmma;
-      plan->tile_tokens = tile_tokens ? tile_tokens : prefill_wgmma_default_tile<Cfg>();
+      plan->kernel = kernel;
+      plan->tile_tokens = ws ? detail::kPrefillWsTile : tile_tokens ? tile_tokens : prefill_wgmma_default_tile<Cfg>();
     }
     return st;
   }
@@ -99,12 +117,16 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
   uint8_t* transition = static_cast<uint8_t*>(workspace) + plan.transition_offset;
   detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, transition, stream);
   Status launched = Status::kInvalidShape;
-  if (plan.kernel == PrefillKernel::kWgmma) {
+  if (plan.kernel == PrefillKernel::kWgmma || plan.kernel == PrefillKernel::kWgmmaWs) {
     // A plan for the wgmma kernel comes from a binary and device that have it (plan_prefill<Cfg>);
     // a binary without it refuses the plan instead of running something else.
 #if defined(KVQ_ENABLE_WGMMA)
     if constexpr (Cfg::head_dim <= 128) {
-      if (plan.tile_tokens == 32)
+      if (plan.kernel == PrefillKernel::kWgmmaWs)
+        launched = plan.tile_tokens == detail::kPrefillWsTile
+                       ? detail::launch_prefill_ws<Cfg>(cache, batch, plan, transition, out, flags, stream)
+                       : Status::kInvalidShape;
+      else if (plan.tile_tokens == 32)
         launched = detail::launch_prefill_wgmma<Cfg, 32>(cache, batch, plan, transition, out, flags, stream);
       else if (plan.tile_tokens == 64)
         launched = detail::launch_prefill_wgmma<Cfg, 64>(cache, batch, plan, transition, out, flags, stream);

@@ -78,13 +78,13 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
   for (int idx = threadIdx.x; idx < 3 * TP; idx += blockDim.x)
     page_ids[idx / TP][idx % TP] = src.fetch_page_id(int64_t(idx / TP) * BN, idx % TP, P);
   __syncthreads();
-  issue_tile<Cfg, BN>(src, 0, page_ids[0], kbuf(0), vbuf(0), raw(0));
+  issue_tile<Cfg, BN, kPrefillWarps * 32>(src, 0, page_ids[0], kbuf(0), vbuf(0), raw(0), threadIdx.x);
   cp_async_commit();
-  if (ntiles > 1) issue_tile<Cfg, BN>(src, BN, page_ids[1], kbuf(1), vbuf(1), raw(1));
+  if (ntiles > 1) issue_tile<Cfg, BN, kPrefillWarps * 32>(src, BN, page_ids[1], kbuf(1), vbuf(1), raw(1), threadIdx.x);
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
-  decode_tile<Cfg, BN, kPrefillWarps * 32>(src, 0, kbuf(0), vbuf(0), raw(0));
+  decode_tile<Cfg, BN, kPrefillWarps * 32>(src, 0, kbuf(0), vbuf(0), raw(0), threadIdx.x);
   __syncthreads();
 
   // This warp's MW m-tiles of 16 rows; this thread's rows g and g + 8 of each, and their
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
     // Page ids of tile j + 3: loaded now, stored after this tile's math (the load's latency hides
     // behind it); tile j + 2's copies start now and land while tiles j and j + 1 are processed.
     const int32_t next_id = int(threadIdx.x) < TP ? src.fetch_page_id(t0 + 3 * BN, threadIdx.x, P) : 0;
-    if (j + 2 < ntiles) issue_tile<Cfg, BN>(src, t0 + 2 * BN, page_ids[(j + 2) % 4], kbuf(j + 2), vbuf(j + 2), raw(j + 2));
+    if (j + 2 < ntiles) issue_tile<Cfg, BN, kPrefillWarps * 32>(src, t0 + 2 * BN, page_ids[(j + 2) % 4], kbuf(j + 2), vbuf(j + 2), raw(j + 2), threadIdx.x);
     cp_async_commit();
     if (t0 <= warp_last) {  // some key of the tile is visible to this warp's rows
       const uint8_t* ks = kbuf(j);
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
     if (int(threadIdx.x) < TP) page_ids[(j + 3) % 4][threadIdx.x] = next_id;
     cp_async_wait<1>();  // tile j + 1 has landed (j + 2 may still be in flight)
     __syncthreads();
-    if (j + 1 < ntiles) decode_tile<Cfg, BN, kPrefillWarps * 32>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw(j + 1));
+    if (j + 1 < ntiles) decode_tile<Cfg, BN, kPrefillWarps * 32>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw(j + 1), threadIdx.x);
     __syncthreads();
   }
 

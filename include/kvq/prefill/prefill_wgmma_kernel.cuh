@@ -24,6 +24,7 @@
 #include "kvq/numeric/wgmma.cuh"
 #include "kvq/prefill/kv_tile.cuh"
 #include "kvq/prefill/plan.hpp"
+#include "kvq/prefill/wgmma_softmax.cuh"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
   using T = typename Cfg::dtype;
   using L = PrefillWgmmaSmem<Cfg, BN>;
   using Tile = typename L::Tile;
-  constexpr int D = Cfg::head_dim, P = Cfg::page, BM = L::BM, KS = D / 16, NB = BN / 8;
+  constexpr int D = Cfg::head_dim, P = Cfg::page, BM = L::BM, KS = D / 16;
   static_assert(D == 64 || D == 128, "the wgmma kernel serves head dims 64 and 128");
   // Its own name: an extern __shared__ array is one symbol per translation unit.
   extern __shared__ __align__(16) uint8_t prefill_wgmma_smem[];
@@ -88,13 +89,13 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
   for (int idx = threadIdx.x; idx < 3 * TP; idx += blockDim.x)
     page_ids[idx / TP][idx % TP] = src.fetch_page_id(int64_t(idx / TP) * BN, idx % TP, P);
   __syncthreads();
-  issue_tile<Cfg, BN>(src, 0, page_ids[0], smem + kv_at(0, 0), smem + kv_at(0, 1), raw(0));
+  issue_tile<Cfg, BN, kPrefillWgmmaThreads>(src, 0, page_ids[0], smem + kv_at(0, 0), smem + kv_at(0, 1), raw(0), threadIdx.x);
   cp_async_commit();
-  if (ntiles > 1) issue_tile<Cfg, BN>(src, BN, page_ids[1], smem + kv_at(1, 0), smem + kv_at(1, 1), raw(1));
+  if (ntiles > 1) issue_tile<Cfg, BN, kPrefillWgmmaThreads>(src, BN, page_ids[1], smem + kv_at(1, 0), smem + kv_at(1, 1), raw(1), threadIdx.x);
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
-  decode_tile<Cfg, BN, kPrefillWgmmaThreads>(src, 0, smem + kv_at(0, 0), smem + kv_at(0, 1), raw(0));
+  decode_tile<Cfg, BN, kPrefillWgmmaThreads>(src, 0, smem + kv_at(0, 0), smem + kv_at(0, 1), raw(0), threadIdx.x);
   fence_proxy_async_shared();
   __syncthreads();
 
@@ -102,11 +103,10 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
   // positions. Padding rows take the last real row's position (finite softmax, never stored).
   const int wr0 = row0 + 64 * wg + 16 * warp;
   auto pos_of = [&](int rg) { return s.len + (rg < rows ? rg : rows - 1) / group; };
-  const int64_t pos[2] = {pos_of(wr0 + g), pos_of(wr0 + g + 8)};
-  const int64_t wg_first = pos_of(row0 + 64 * wg);
   const bool capped = a.softcap > 0.0f;
-  const float scale_log2 = a.softmax_scale * 1.4426950408889634f;  // > 0 (check_attention_run)
-  const float cap_pre = capped ? a.softmax_scale / a.softcap : 0.0f, cap_log2 = a.softcap * 1.4426950408889634f;
+  const WgmmaSoftmaxRows sm{a.softmax_scale * 1.4426950408889634f,  // > 0 (check_attention_run)
+                            capped ? a.softmax_scale / a.softcap : 0.0f, capped ? a.softcap * 1.4426950408889634f : 0.0f,
+                            {pos_of(wr0 + g), pos_of(wr0 + g + 8)}, pos_of(row0 + 64 * wg), i};
   // Descriptors: Q (this warpgroup's 64 rows of each panel) and K as K-major operands, V MN-major.
   const uint32_t q_addr = sbase + 64 * wg * 128;
   auto q_desc = [&](int kk) { return wgmma_desc(q_addr + (kk / 4) * BM * 128 + (kk % 4) * 32, 16, 1024); };
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
     // Page ids of tile j + 3: loaded now, stored after this tile's math; tile j + 2's copies start now.
     const int32_t next_id = int(threadIdx.x) < TP ? src.fetch_page_id(t0 + 3 * BN, threadIdx.x, P) : 0;
     if (j + 2 < ntiles)
-      issue_tile<Cfg, BN>(src, t0 + 2 * BN, page_ids[(j + 2) % 4], smem + kv_at(j + 2, 0), smem + kv_at(j + 2, 1), raw(j + 2));
+      issue_tile<Cfg, BN, kPrefillWgmmaThreads>(src, t0 + 2 * BN, page_ids[(j + 2) % 4], smem + kv_at(j + 2, 0), smem + kv_at(j + 2, 1), raw(j + 2), threadIdx.x);
     cp_async_commit();
     {  // every warpgroup runs every tile of the CTA (wgmma in a branch would be serialized; a tile
        // past all of one warpgroup's rows, at most one at the end, is masked to P = 0)
@@ -136,63 +136,12 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_pin(sacc);
-      // ---- online softmax (log2 domain), causal mask where the tile reaches the chunk ----
-      // Without a softcap the logits stay raw: the max commutes with the positive scale, and each
-      // probability is one FFMA and one EX2 (x scale log2(e) - m). With one, they are mapped to
-      // log2 units first (uniform branch, kept out of the common path).
-      if (capped) {
-        KVQ_UNROLL
-        for (int x = 0; x < BN / 2; ++x) sacc[x] = cap_log2 * tanhf(sacc[x] * cap_pre);
-      }
-      const float sc = capped ? 1.0f : scale_log2;
-      if (t0 + BN - 1 > wg_first) {  // some key of the tile is past some row's position
-        // Keys 8 nb + (e & 1) (+ t0 + 2i) past a row's position are masked: 32-bit limits per row.
-        int lim[2];
-        KVQ_UNROLL
-        for (int hh = 0; hh < 2; ++hh) {
-          const int64_t d = pos[hh] - t0 - 2 * i;
-          lim[hh] = d < -1 ? -1 : d > BN ? BN : int(d);
-        }
-        KVQ_UNROLL
-        for (int nb = 0; nb < NB; ++nb)
-          KVQ_UNROLL
-          for (int e = 0; e < 4; ++e)
-            if (8 * nb + (e & 1) > lim[e >> 1]) sacc[4 * nb + e] = -INFINITY;
-      }
-      float mx[2] = {-INFINITY, -INFINITY};
-      KVQ_UNROLL
-      for (int nb = 0; nb < NB; ++nb)
-        KVQ_UNROLL
-        for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], sacc[4 * nb + e]);
+      // ---- online softmax (wgmma_softmax.cuh) ----
       float corr[2];
-      KVQ_UNROLL
-      for (int hh = 0; hh < 2; ++hh) {
-        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
-        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-        const float m_new = fmaxf(m[hh], mx[hh] * sc);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        corr[hh] = exp2_approx(m[hh] - m_use);
-        m[hh] = m_new;
-        l[hh] *= corr[hh];
-        mx[hh] = m_use;
-      }
-      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {  // a running max moved: rescale
-        KVQ_UNROLL
-        for (int nb = 0; nb < D / 8; ++nb) {
-          o[4 * nb] *= corr[0], o[4 * nb + 1] *= corr[0];
-          o[4 * nb + 2] *= corr[1], o[4 * nb + 3] *= corr[1];
-        }
-      }
-      uint32_t pa[BN / 16][4];  // P in the A layout: k-step kt = tokens 16 kt .. 16 kt + 15
-      KVQ_UNROLL
-      for (int nb = 0; nb < NB; ++nb) {
-        const float p0 = exp2_approx(fmaf(sacc[4 * nb], sc, -mx[0])), p1 = exp2_approx(fmaf(sacc[4 * nb + 1], sc, -mx[0]));
-        const float p2 = exp2_approx(fmaf(sacc[4 * nb + 2], sc, -mx[1])), p3 = exp2_approx(fmaf(sacc[4 * nb + 3], sc, -mx[1]));
-        pa[nb / 2][2 * (nb & 1)] = pack2<T>(p0, p1);      // row g
-        pa[nb / 2][2 * (nb & 1) + 1] = pack2<T>(p2, p3);  // row g + 8
-        l[0] += pair_sum<T>(pa[nb / 2][2 * (nb & 1)]);      // the probabilities as rounded for the
-        l[1] += pair_sum<T>(pa[nb / 2][2 * (nb & 1) + 1]);  // P . V wgmma (prefill_kernel.cuh says why)
-      }
+      softmax_probabilities<BN>(sacc, sm, t0, m, l, corr);
+      rescale_rows<D>(o, corr);
+      uint32_t pa[BN / 16][4];
+      pack_probabilities<T, BN>(sacc, pa, l);
       // ---- O += P . V (completes behind the dequantization of the next tile) ----
       wgmma_fence();
       KVQ_UNROLL
@@ -202,26 +151,14 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
     if (int(threadIdx.x) < TP) page_ids[(j + 3) % 4][threadIdx.x] = next_id;
     cp_async_wait<1>();  // tile j + 1 has landed (j + 2 may still be in flight)
     __syncthreads();
-    if (j + 1 < ntiles) decode_tile<Cfg, BN, kPrefillWgmmaThreads>(src, t0 + BN, smem + kv_at(j + 1, 0), smem + kv_at(j + 1, 1), raw(j + 1));
+    if (j + 1 < ntiles) decode_tile<Cfg, BN, kPrefillWgmmaThreads>(src, t0 + BN, smem + kv_at(j + 1, 0), smem + kv_at(j + 1, 1), raw(j + 1), threadIdx.x);
     wgmma_wait<0>();  // tile j's buffers are free for tile j + 3 (issued next iteration)
     wgmma_pin(o);
     fence_proxy_async_shared();
     __syncthreads();
   }
 
-  // ---- normalise and store this thread's rows ----
-  KVQ_UNROLL
-  for (int hh = 0; hh < 2; ++hh) {
-    float lt = l[hh];
-    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-    const int rg = wr0 + g + 8 * hh;
-    if (rg >= rows) continue;
-    const float inv = 1.0f / lt;
-    uint32_t* dst = reinterpret_cast<uint32_t*>(out + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D);
-    KVQ_UNROLL
-    for (int nb = 0; nb < D / 8; ++nb) dst[4 * nb + i] = pack2<T>(o[4 * nb + 2 * hh] * inv, o[4 * nb + 2 * hh + 1] * inv);
-  }
+  store_rows<T, D>(o, l, wr0 + g, rows, group, s.q0, a.num_q_heads, h, i, out);
 #else
   // Not sm_90a code: prefill_impl.cuh never launches this kernel without it (wgmma_available).
   (void)v, (void)a, (void)plan, (void)transition, (void)out, (void)flags;

@@ -1,0 +1,71 @@
+// kvq/numeric/mbarrier.cuh - the synchronisation a warp-specialized Hopper kernel needs between
+// its producer and consumer warpgroups (sm_90): shared-memory mbarriers (arrive / wait on a phase
+// parity) and named barriers over a subset of the CTA's warps.
+//
+// An mbarrier counts arrivals; when `count` threads have arrived its phase completes and its
+// parity flips (phase k has parity k & 1). A waiter names the parity of the phase it waits for:
+// a ring of S stages used in order by tiles j = 0, 1, ... waits for phase j / S of stage j % S.
+// arrive has release and try_wait acquire semantics at CTA scope, so shared-memory writes made
+// before an arrive are visible to a thread whose wait returned.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kvq/core/platform.hpp"
+
+KVQ_NAMESPACE_BEGIN
+namespace detail {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KVQ_MBARRIER_DEVICE 1
+#else
+#define KVQ_MBARRIER_DEVICE 0
+#endif
+
+// One thread initialises; the CTA must synchronise (__syncthreads) before anyone uses it.
+KVQ_DEVICE void mbarrier_init(uint64_t* bar, unsigned count) {
+#if KVQ_MBARRIER_DEVICE
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+               "r"(count)
+               : "memory");
+#else
+  (void)bar, (void)count;
+#endif
+}
+
+KVQ_DEVICE void mbarrier_arrive(uint64_t* bar) {
+#if KVQ_MBARRIER_DEVICE
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
+               : "memory");
+#else
+  (void)bar;
+#endif
+}
+
+// Returns once the phase of parity `parity` has completed.
+KVQ_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+#if KVQ_MBARRIER_DEVICE
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+#else
+  (void)bar, (void)parity;
+#endif
+}
+
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32): every warp
+// that takes part reaches it with all its threads.
+KVQ_DEVICE void named_barrier_sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace detail
+KVQ_NAMESPACE_END

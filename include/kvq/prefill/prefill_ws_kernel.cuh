@@ -1,0 +1,195 @@
+// kvq/prefill/prefill_ws_kernel.cuh - the warp-specialized Hopper (sm_90a) kernel of chunked-prefill
+// attention: one warpgroup fills K/V tiles, two warpgroups multiply, handing tiles over through
+// mbarriers instead of CTA-wide barriers (the structure of FlashAttention-3).
+//
+// CTA = (row tile, sequence, KV head), 3 warpgroups, kPrefillRowsLarge query rows (chunk tokens x
+// GQA heads of one KV head, token-major, as in prefill_wgmma_kernel.cuh).
+//   warpgroup 0, the producer: per K/V tile of BN tokens, cp.async of its bytes (kv_tile.cuh's
+//     issue_tile: quantized records into a raw slot, model-dtype rows straight into the stage),
+//     then the dequantization of the record rows into the stage (decode_tile), a proxy fence and
+//     an arrive on the stage's `full` barrier. It runs up to `stages` tiles ahead, waiting on the
+//     stage's `empty` barrier before refilling it.
+//   warpgroups 1 and 2, the consumers: 64 query rows each (rows 64 (wg - 1) ..), per tile
+//       S_j = Q . K_j^T                 (wgmma, both operands in shared memory)
+//       O  += P_{j-1} . V_{j-1}         (wgmma, P from registers; issued right behind S_j)
+//       softmax of S_j                  (while P_{j-1} . V_{j-1} runs on the tensor cores)
+//       wait for O, release stage j-1, rescale O, P_j to registers
+//     so the softmax of one tile overlaps the P . V product of the previous one, and the two
+//     consumer warpgroups overlap each other's softmax with their products.
+// Shared memory (offsets from the first 1024-byte boundary of the dynamic allocation): q panels
+// [D/64][BM][64]; `stages` K/V stages, each k then v as [D/64][BN][64] panels (kv_tile.cuh);
+// `stages` raw slots of a tile's quantized bytes (quantized roles only).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kvq/attention/pages_valid.cuh"
+#include "kvq/attention/token_source.hpp"
+#include "kvq/numeric/mbarrier.cuh"
+#include "kvq/numeric/wgmma.cuh"
+#include "kvq/prefill/kv_tile.cuh"
+#include "kvq/prefill/plan.hpp"
+#include "kvq/prefill/wgmma_softmax.cuh"
+
+KVQ_NAMESPACE_BEGIN
+namespace detail {
+
+constexpr int kPrefillWsThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kPrefillWsTile = 64;      // K/V tokens per tile
+
+template <class Cfg, int BN>
+struct PrefillWsSmem {
+  using Tile = KvTile<Cfg, BN>;
+  static constexpr int BM = kPrefillRowsLarge;
+  static constexpr int stages = 3;
+  static constexpr size_t q_bytes = size_t(BM) * Cfg::head_dim * sizeof(typename Cfg::dtype);
+  static constexpr size_t raw_slot = Tile::raw_bytes > 0 ? (Tile::raw_bytes + 15) / 16 * 16 : 0;
+  static constexpr size_t kv_offset = q_bytes;
+  static constexpr size_t raw_offset = kv_offset + 2 * stages * Tile::rows_bytes;
+  static constexpr size_t bytes = raw_offset + stages * raw_slot + 1024;
+  static_assert(q_bytes % 1024 == 0 && Tile::rows_bytes % 1024 == 0, "panels start on 1024-byte boundaries");
+};
+
+template <class Cfg, int BN>
+__global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN
+    prefill_ws_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, PrefillPlan plan,
+                      uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags) {
+#if KVQ_WGMMA_DEVICE
+  using T = typename Cfg::dtype;
+  using L = PrefillWsSmem<Cfg, BN>;
+  using Tile = typename L::Tile;
+  constexpr int D = Cfg::head_dim, P = Cfg::page, BM = L::BM, KS = D / 16, S = L::stages, TP = Tile::tile_pages;
+  static_assert(D == 64 || D == 128, "the wgmma kernels serve head dims 64 and 128");
+  extern __shared__ __align__(16) uint8_t prefill_ws_smem[];
+  const uint32_t raw_base = static_cast<uint32_t>(__cvta_generic_to_shared(prefill_ws_smem));
+  const uint32_t pad = (1024u - raw_base % 1024u) % 1024u;
+  uint8_t* const smem = prefill_ws_smem + pad;
+  const uint32_t sbase = raw_base + pad;  // shared-window address of smem
+  auto kv_at = [&](int j, int role) { return L::kv_offset + size_t(2 * (j % S) + role) * Tile::rows_bytes; };
+  auto raw = [&](int j) { return smem + L::raw_offset + size_t(j % S) * L::raw_slot; };
+  __shared__ uint64_t full[S], empty[S];  // stage j % S holds tile j: filled / released
+  __shared__ int32_t page_ids[4][TP];     // block-table entries of tiles j .. j + 3 (ring of 4)
+  __shared__ SeqAttention s;
+  __shared__ int bad;
+
+  const int tile = plan.row_tiles - 1 - int(blockIdx.x);  // the longest rows (latest tokens) first
+  const int b = blockIdx.y, h = blockIdx.z;
+  const int group = a.num_q_heads / v.num_kv_heads;
+  // Warp-uniform as far as the compiler can tell (a shuffle's result), so that the wgmma of the
+  // consumer branch is not treated as divergent code.
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
+  PrefillCtaRows cr;
+  if (!prefill_cta_rows(v, a, plan, b, P, BM, tile, flags, s, bad, cr)) return;
+  const int rows = cr.rows, row0 = cr.row0;
+  const TileSource<T> src = prefill_tile_source<Cfg>(v, a, plan, transition, s, cr.last_pos, b, h);
+  const int ntiles = int((src.kv_end + BN - 1) / BN);
+  stage_prefill_queries<T, BM, D>(smem, a, s, h, group, row0, rows);
+  cp_async_commit();
+  for (int idx = threadIdx.x; idx < 3 * TP; idx += blockDim.x)
+    page_ids[idx / TP][idx % TP] = src.fetch_page_id(int64_t(idx / TP) * BN, idx % TP, P);
+  if (threadIdx.x < S) {
+    mbarrier_init(&full[threadIdx.x], 128);  // every producer thread arrives
+    mbarrier_init(&empty[threadIdx.x], 256);  // every consumer thread arrives
+  }
+  cp_async_wait<0>();
+  fence_proxy_async_shared();
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- producer: tiles j + 1, j + 2 in flight while tile j is dequantized and handed over ----
+    const unsigned tid = threadIdx.x;
+    auto issue = [&](int j) {
+      if (j >= S) mbarrier_wait(&empty[j % S], uint32_t((j / S - 1) & 1));  // tile j - S released
+      issue_tile<Cfg, BN, 128>(src, int64_t(j) * BN, page_ids[j % 4], smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
+    };
+    issue(0);
+    cp_async_commit();
+    if (ntiles > 1) issue(1);
+    cp_async_commit();
+    for (int j = 0; j < ntiles; ++j) {
+      // Page ids of tile j + 3: loaded now, stored after this iteration's issue; the barrier of
+      // the next iteration publishes them before tile j + 3 is issued (one iteration later).
+      const int32_t next_id = int(tid) < TP ? src.fetch_page_id(int64_t(j + 3) * BN, tid, P) : 0;
+      cp_async_wait<1>();          // this thread's copies of tile j have landed
+      named_barrier_sync(1, 128);  // ... and every producer thread's (decode reads them all)
+      decode_tile<Cfg, BN, 128>(src, int64_t(j) * BN, smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
+      fence_proxy_async_shared();  // this thread's writes and copies, for the consumers' wgmma
+      mbarrier_arrive(&full[j % S]);
+      // Raw slot (j + 2) % S was last read by the decode of tile j - 1, before this iteration's barrier.
+      if (j + 2 < ntiles) issue(j + 2);
+      cp_async_commit();
+      if (int(tid) < TP) page_ids[(j + 3) % 4][tid] = next_id;
+    }
+  } else {
+    // ---- consumers: warpgroup wg takes CTA rows 64 (wg - 1) .. 64 (wg - 1) + 63 ----
+    const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
+    // This thread's rows: g and g + 8 of its warp's 16, and their positions. Padding rows take the
+    // last real row's position (finite softmax, never stored).
+    const int wr0 = row0 + 64 * cw + 16 * warp;
+    auto pos_of = [&](int rg) { return s.len + (rg < rows ? rg : rows - 1) / group; };
+    const bool capped = a.softcap > 0.0f;
+    const WgmmaSoftmaxRows sm{a.softmax_scale * 1.4426950408889634f,  // > 0 (check_attention_run)
+                              capped ? a.softmax_scale / a.softcap : 0.0f, capped ? a.softcap * 1.4426950408889634f : 0.0f,
+                              {pos_of(wr0 + g), pos_of(wr0 + g + 8)}, pos_of(row0 + 64 * cw), i};
+    // Descriptors: Q (this warpgroup's 64 rows of each panel) and K as K-major operands, V MN-major.
+    const uint32_t q_addr = sbase + 64 * cw * 128;
+    auto q_desc = [&](int kk) { return wgmma_desc(q_addr + (kk / 4) * BM * 128 + (kk % 4) * 32, 16, 1024); };
+    auto k_desc = [&](int j, int kk) {
+      return wgmma_desc(sbase + uint32_t(kv_at(j, 0)) + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024);
+    };
+    auto v_desc = [&](int j, int kt) { return wgmma_desc(sbase + uint32_t(kv_at(j, 1)) + kt * 2048, BN * 128, 1024); };
+    auto issue_s = [&](float(&sacc)[BN / 2], int j) {
+      KVQ_UNROLL
+      for (int kk = 0; kk < KS; ++kk) wgmma_ss<T, BN>(sacc, q_desc(kk), k_desc(j, kk), kk > 0);
+      wgmma_commit();
+    };
+    auto issue_pv = [&](float(&o)[D / 2], const uint32_t(&pa)[BN / 16][4], int j) {
+      KVQ_UNROLL
+      for (int kt = 0; kt < BN / 16; ++kt) wgmma_rs<T, D, 1>(o, pa[kt], v_desc(j, kt), 1);
+      wgmma_commit();
+    };
+
+    // Every consumer warpgroup runs every tile of the CTA (a wgmma under a branch is serialized);
+    // a tile past all of one warpgroup's rows, at most one at the end, is masked to P = 0.
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[D / 2], sacc[BN / 2], corr[2];
+    uint32_t pa[BN / 16][4];
+    KVQ_UNROLL
+    for (int r = 0; r < D / 2; ++r) o[r] = 0.0f;
+    mbarrier_wait(&full[0], 0);
+    wgmma_fence();
+    issue_s(sacc, 0);
+    wgmma_wait<0>();
+    wgmma_pin(sacc);
+    softmax_probabilities<BN>(sacc, sm, 0, m, l, corr);
+    pack_probabilities<T, BN>(sacc, pa, l);
+    for (int j = 1; j < ntiles; ++j) {
+      mbarrier_wait(&full[j % S], uint32_t((j / S) & 1));
+      wgmma_fence();
+      issue_s(sacc, j);
+      issue_pv(o, pa, j - 1);
+      wgmma_wait<1>();  // S_j done (P_{j-1} . V_{j-1} may still run)
+      wgmma_pin(sacc);
+      softmax_probabilities<BN>(sacc, sm, int64_t(j) * BN, m, l, corr);
+      wgmma_wait<0>();  // O complete: stage j - 1 is free, O may be rescaled, pa rewritten
+      wgmma_pin(o);
+      mbarrier_arrive(&empty[(j - 1) % S]);
+      rescale_rows<D>(o, corr);
+      pack_probabilities<T, BN>(sacc, pa, l);
+    }
+    wgmma_fence();
+    issue_pv(o, pa, ntiles - 1);
+    wgmma_wait<0>();
+    wgmma_pin(o);
+    store_rows<T, D>(o, l, wr0 + g, rows, group, s.q0, a.num_q_heads, h, i, out);
+  }
+#else
+  // Not sm_90a code: prefill_impl.cuh never launches this kernel without it (wgmma_available).
+  (void)v, (void)a, (void)plan, (void)transition, (void)out, (void)flags;
+  __trap();
+#endif
+}
+
+}  // namespace detail
+KVQ_NAMESPACE_END
