@@ -146,6 +146,18 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
       return;
     }
   }
+  if (t0 >= src.rec_end && t0 >= src.seq.len_old && t0 + BN <= src.kv_end) {
+    // A tile of the step's fresh rows only (new_k / new_v; a prefill chunk's own keys): one base
+    // per role, rows num_kv_heads * D elements apart (source_row's second case, hoisted).
+    const size_t stride = size_t(src.v.num_kv_heads) * D;
+    const size_t first = size_t(src.seq.new_begin + (t0 - src.seq.len_old)) * stride + size_t(src.h) * D;
+    for (unsigned idx = tid; idx < unsigned(2 * BN * CH); idx += NT) {
+      const bool is_v = idx >= unsigned(BN * CH);
+      const int r = int(idx % unsigned(BN * CH) / unsigned(CH)), c = int(idx % unsigned(CH));
+      cp_async16((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16, (is_v ? src.new_v : src.new_k) + first + size_t(r) * stride + 8 * c);
+    }
+    return;
+  }
   if constexpr (Tile::k_staged || Tile::v_staged) {
     constexpr int page_chunks = int(Tile::page_bytes / 16);
     for (int idx = int(tid); idx < Tile::staged_pages * page_chunks; idx += NT) {

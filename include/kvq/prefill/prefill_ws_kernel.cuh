@@ -7,8 +7,8 @@
 //   warpgroup 0, the producer: per K/V tile of BN tokens, cp.async of its bytes (kv_tile.cuh's
 //     issue_tile: quantized records into a raw slot, model-dtype rows straight into the stage),
 //     then the dequantization of the record rows into the stage (decode_tile), a proxy fence and
-//     an arrive on the stage's `full` barrier. It runs up to `stages` tiles ahead, waiting on the
-//     stage's `empty` barrier before refilling it.
+//     an arrive on the stage's `full` barrier. It runs up to `stages` - 1 tiles ahead, waiting on
+//     the stage's `empty` barrier before refilling it.
 //   warpgroups 1 and 2, the consumers: 64 query rows each (rows 64 (wg - 1) ..), per tile
 //       S_j = Q . K_j^T                 (wgmma, both operands in shared memory)
 //       O  += P_{j-1} . V_{j-1}         (wgmma, P from registers; issued right behind S_j)
@@ -18,7 +18,8 @@
 //     consumer warpgroups overlap each other's softmax with their products.
 // Shared memory (offsets from the first 1024-byte boundary of the dynamic allocation): q panels
 // [D/64][BM][64]; `stages` K/V stages, each k then v as [D/64][BN][64] panels (kv_tile.cuh);
-// `stages` raw slots of a tile's quantized bytes (quantized roles only).
+// `stages` raw slots of a tile's quantized bytes (quantized roles only); `stages` (3 to 5) is as
+// many as fit (PrefillWsSmem).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,13 +40,25 @@ namespace detail {
 constexpr int kPrefillWsThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kPrefillWsTile = 64;      // K/V tokens per tile
 
+// Stages: as many as fit in the 227 KB of shared memory a CTA may have (at most kPrefillWsMaxStages):
+// the producer issues tile j + stages - 1 when the consumers release tile j - 1, so the stage
+// count is how far ahead of the math the copies run.
+#ifndef KVQ_PREFILL_WS_MAX_STAGES
+#define KVQ_PREFILL_WS_MAX_STAGES 5
+#endif
+constexpr int kPrefillWsMaxStages = KVQ_PREFILL_WS_MAX_STAGES;
+constexpr size_t kPrefillWsSmemLimit = 227 * 1024 - 512;  // dynamic bytes: the kernel's static ones fit in the rest
+
 template <class Cfg, int BN>
 struct PrefillWsSmem {
   using Tile = KvTile<Cfg, BN>;
   static constexpr int BM = kPrefillRowsLarge;
-  static constexpr int stages = 3;
   static constexpr size_t q_bytes = size_t(BM) * Cfg::head_dim * sizeof(typename Cfg::dtype);
   static constexpr size_t raw_slot = Tile::raw_bytes > 0 ? (Tile::raw_bytes + 15) / 16 * 16 : 0;
+  static constexpr size_t fixed = q_bytes + 1024, per_stage = 2 * Tile::rows_bytes + raw_slot;
+  static constexpr int fit = int((kPrefillWsSmemLimit - fixed) / per_stage);
+  static constexpr int stages = fit < kPrefillWsMaxStages ? fit : kPrefillWsMaxStages;
+  static_assert(stages >= 3, "at least three stages (two tiles in flight while one is consumed)");
   static constexpr size_t kv_offset = q_bytes;
   static constexpr size_t raw_offset = kv_offset + 2 * stages * Tile::rows_bytes;
   static constexpr size_t bytes = raw_offset + stages * raw_slot + 1024;
@@ -70,7 +83,8 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN
   auto kv_at = [&](int j, int role) { return L::kv_offset + size_t(2 * (j % S) + role) * Tile::rows_bytes; };
   auto raw = [&](int j) { return smem + L::raw_offset + size_t(j % S) * L::raw_slot; };
   __shared__ uint64_t full[S], empty[S];  // stage j % S holds tile j: filled / released
-  __shared__ int32_t page_ids[4][TP];     // block-table entries of tiles j .. j + 3 (ring of 4)
+  constexpr int PR = S + 1;                // page-id ring: tiles j .. j + S
+  __shared__ int32_t page_ids[PR][TP];    // block-table entries of tiles j .. j + S
   __shared__ SeqAttention s;
   __shared__ int bad;
 
@@ -87,7 +101,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN
   const int ntiles = int((src.kv_end + BN - 1) / BN);
   stage_prefill_queries<T, BM, D>(smem, a, s, h, group, row0, rows);
   cp_async_commit();
-  for (int idx = threadIdx.x; idx < 3 * TP; idx += blockDim.x)
+  for (int idx = threadIdx.x; idx < S * TP; idx += blockDim.x)  // tiles 0 .. S - 1
     page_ids[idx / TP][idx % TP] = src.fetch_page_id(int64_t(idx / TP) * BN, idx % TP, P);
   if (threadIdx.x < S) {
     mbarrier_init(&full[threadIdx.x], 128);  // every producer thread arrives
@@ -98,29 +112,30 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN
   __syncthreads();
 
   if (wg == 0) {
-    // ---- producer: tiles j + 1, j + 2 in flight while tile j is dequantized and handed over ----
+    // ---- producer: tiles j + 1 .. j + S - 2 in flight while tile j is dequantized and handed over ----
     const unsigned tid = threadIdx.x;
     auto issue = [&](int j) {
       if (j >= S) mbarrier_wait(&empty[j % S], uint32_t((j / S - 1) & 1));  // tile j - S released
-      issue_tile<Cfg, BN, 128>(src, int64_t(j) * BN, page_ids[j % 4], smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
+      issue_tile<Cfg, BN, 128>(src, int64_t(j) * BN, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
     };
-    issue(0);
-    cp_async_commit();
-    if (ntiles > 1) issue(1);
-    cp_async_commit();
+    KVQ_UNROLL
+    for (int j = 0; j < S - 1; ++j) {
+      if (j < ntiles) issue(j);
+      cp_async_commit();
+    }
     for (int j = 0; j < ntiles; ++j) {
-      // Page ids of tile j + 3: loaded now, stored after this iteration's issue; the barrier of
-      // the next iteration publishes them before tile j + 3 is issued (one iteration later).
-      const int32_t next_id = int(tid) < TP ? src.fetch_page_id(int64_t(j + 3) * BN, tid, P) : 0;
-      cp_async_wait<1>();          // this thread's copies of tile j have landed
+      // Page ids of tile j + S: loaded now, stored after this iteration's issue; the barrier of
+      // the next iteration publishes them before tile j + S is issued (one iteration later).
+      const int32_t next_id = int(tid) < TP ? src.fetch_page_id(int64_t(j + S) * BN, tid, P) : 0;
+      cp_async_wait<S - 2>();      // this thread's copies of tile j have landed
       named_barrier_sync(1, 128);  // ... and every producer thread's (decode reads them all)
       decode_tile<Cfg, BN, 128>(src, int64_t(j) * BN, smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
       fence_proxy_async_shared();  // this thread's writes and copies, for the consumers' wgmma
       mbarrier_arrive(&full[j % S]);
-      // Raw slot (j + 2) % S was last read by the decode of tile j - 1, before this iteration's barrier.
-      if (j + 2 < ntiles) issue(j + 2);
+      // Raw slot (j + S - 1) % S was last read by the decode of tile j - 1, before this iteration's barrier.
+      if (j + S - 1 < ntiles) issue(j + S - 1);
       cp_async_commit();
-      if (int(tid) < TP) page_ids[(j + 3) % 4][tid] = next_id;
+      if (int(tid) < TP) page_ids[(j + S) % PR][tid] = next_id;
     }
   } else {
     // ---- consumers: warpgroup wg takes CTA rows 64 (wg - 1) .. 64 (wg - 1) + 63 ----
