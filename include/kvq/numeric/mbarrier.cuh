@@ -1,6 +1,7 @@
 // kvq/numeric/mbarrier.cuh - the synchronisation a warp-specialized Hopper kernel needs between
 // its producer and consumer warpgroups (sm_90): shared-memory mbarriers (arrive / wait on a phase
-// parity) and named barriers over a subset of the CTA's warps.
+// parity), named barriers over a subset of the CTA's warps, and the register hand-over between
+// warpgroups (setmaxnreg, sm_90a).
 //
 // An mbarrier counts arrivals; when `count` threads have arrived its phase completes and its
 // parity flips (phase k has parity k & 1). A waiter names the parity of the phase it waits for:
@@ -65,6 +66,25 @@ KVQ_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 // that takes part reaches it with all its threads.
 KVQ_DEVICE void named_barrier_sync(unsigned id, unsigned threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Registers a thread of this warpgroup may hold from here on (sm_90a; every thread of the
+// warpgroup executes it): a warp-specialized kernel hands the registers its producers do not
+// need to its consumers. The kernel needs __launch_bounds__ with a minimum CTA count, so that
+// ptxas knows the count at entry (else it ignores the instruction, warning C7508).
+template <int N>
+KVQ_DEVICE void setmaxnreg_inc() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg takes multiples of 8 in [24, 256]");
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+KVQ_DEVICE void setmaxnreg_dec() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg takes multiples of 8 in [24, 256]");
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
 }
 
 }  // namespace detail

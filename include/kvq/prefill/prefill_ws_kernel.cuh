@@ -2,14 +2,15 @@
 // attention: one warpgroup fills K/V tiles, two warpgroups multiply, handing tiles over through
 // mbarriers instead of CTA-wide barriers (the structure of FlashAttention-3).
 //
-// CTA = (row tile, sequence, KV head), 3 warpgroups, kPrefillRowsLarge query rows (chunk tokens x
+// CTA = (row tile, sequence, KV head), 4 warpgroups, kPrefillRowsLarge query rows (chunk tokens x
 // GQA heads of one KV head, token-major, as in prefill_wgmma_kernel.cuh).
-//   warpgroup 0, the producer: per K/V tile of BN tokens, cp.async of its bytes (kv_tile.cuh's
+//   warpgroups 0 and 1, the producers (one would be latency-bound on the dequantization: a
+//     thread's decode is a chain of shared loads, math and stores): per K/V tile of BN tokens, cp.async of its bytes (kv_tile.cuh's
 //     issue_tile: quantized records into a raw slot, model-dtype rows straight into the stage),
 //     then the dequantization of the record rows into the stage (decode_tile), a proxy fence and
 //     an arrive on the stage's `full` barrier. It runs up to `stages` - 1 tiles ahead, waiting on
 //     the stage's `empty` barrier before refilling it.
-//   warpgroups 1 and 2, the consumers: 64 query rows each (rows 64 (wg - 1) ..), per tile
+//   warpgroups 2 and 3, the consumers: 64 query rows each, per tile
 //       S_j = Q . K_j^T                 (wgmma, both operands in shared memory)
 //       O  += P_{j-1} . V_{j-1}         (wgmma, P from registers; issued right behind S_j)
 //       softmax of S_j                  (while P_{j-1} . V_{j-1} runs on the tensor cores)
@@ -37,7 +38,11 @@
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
-constexpr int kPrefillWsThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kPrefillWsProducers = 256;  // two producer warpgroups (threads 0 .. 255)
+constexpr int kPrefillWsThreads = kPrefillWsProducers + 256;  // + two consumer warpgroups
+// Registers a thread (setmaxnreg; the CTA's 65,536 split between the roles): the consumers keep S,
+// P and O of 64 rows in registers, the producers only a tile chunk's decode.
+constexpr int kPrefillWsConsumerRegs = 168, kPrefillWsProducerRegs = 65536 / kPrefillWsProducers - kPrefillWsConsumerRegs;
 constexpr int kPrefillWsTile = 64;      // K/V tokens per tile
 
 // Stages: as many as fit in the 227 KB of shared memory a CTA may have (at most kPrefillWsMaxStages):
@@ -66,7 +71,7 @@ struct PrefillWsSmem {
 };
 
 template <class Cfg, int BN>
-__global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN
+__global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas needs the entry register count for setmaxnreg
     prefill_ws_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, PrefillPlan plan,
                       uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags) {
 #if KVQ_WGMMA_DEVICE
@@ -104,19 +109,20 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN
   for (int idx = threadIdx.x; idx < S * TP; idx += blockDim.x)  // tiles 0 .. S - 1
     page_ids[idx / TP][idx % TP] = src.fetch_page_id(int64_t(idx / TP) * BN, idx % TP, P);
   if (threadIdx.x < S) {
-    mbarrier_init(&full[threadIdx.x], 128);  // every producer thread arrives
+    mbarrier_init(&full[threadIdx.x], kPrefillWsProducers);  // every producer thread arrives
     mbarrier_init(&empty[threadIdx.x], 256);  // every consumer thread arrives
   }
   cp_async_wait<0>();
   fence_proxy_async_shared();
   __syncthreads();
 
-  if (wg == 0) {
+  if (wg < kPrefillWsProducers / 128) {
+    setmaxnreg_dec<kPrefillWsProducerRegs>();
     // ---- producer: tiles j + 1 .. j + S - 2 in flight while tile j is dequantized and handed over ----
     const unsigned tid = threadIdx.x;
     auto issue = [&](int j) {
       if (j >= S) mbarrier_wait(&empty[j % S], uint32_t((j / S - 1) & 1));  // tile j - S released
-      issue_tile<Cfg, BN, 128>(src, int64_t(j) * BN, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
+      issue_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
     };
     KVQ_UNROLL
     for (int j = 0; j < S - 1; ++j) {
@@ -128,8 +134,8 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN
       // the next iteration publishes them before tile j + S is issued (one iteration later).
       const int32_t next_id = int(tid) < TP ? src.fetch_page_id(int64_t(j + S) * BN, tid, P) : 0;
       cp_async_wait<S - 2>();      // this thread's copies of tile j have landed
-      named_barrier_sync(1, 128);  // ... and every producer thread's (decode reads them all)
-      decode_tile<Cfg, BN, 128>(src, int64_t(j) * BN, smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
+      named_barrier_sync(1, kPrefillWsProducers);  // ... and every producer thread's (decode reads them all)
+      decode_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
       fence_proxy_async_shared();  // this thread's writes and copies, for the consumers' wgmma
       mbarrier_arrive(&full[j % S]);
       // Raw slot (j + S - 1) % S was last read by the decode of tile j - 1, before this iteration's barrier.
@@ -138,8 +144,9 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN
       if (int(tid) < TP) page_ids[(j + S) % PR][tid] = next_id;
     }
   } else {
-    // ---- consumers: warpgroup wg takes CTA rows 64 (wg - 1) .. 64 (wg - 1) + 63 ----
-    const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
+    // ---- consumers: consumer warpgroup cw takes CTA rows 64 cw .. 64 cw + 63 ----
+    setmaxnreg_inc<kPrefillWsConsumerRegs>();
+    const int cw = wg - kPrefillWsProducers / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
     // This thread's rows: g and g + 8 of its warp's 16, and their positions. Padding rows take the
     // last real row's position (finite softmax, never stored).
     const int wr0 = row0 + 64 * cw + 16 * warp;
