@@ -2,7 +2,7 @@
 """Turns a Google Benchmark JSON of kvq_bench_prefill into bench/results/prefill.csv (the issue's
 columns) and a markdown table, with PyTorch SDPA's (bench/sdpa_prefill.py CSV) beside them.
 
-usage: bench/prefill_csv.py RUN.json --csv OUT.csv [--sdpa SDPA.csv] --commit C --gpu NAME
+usage: bench/prefill_csv.py RUN.json [RUN2.json ...] --csv OUT.csv [--sdpa SDPA.csv] --commit C --gpu NAME
 Medians only; "prefill/" entries (the library's default kernel) go to the CSV, "prefill_alt/"
 (the mma.sync kernel where the default is wgmma, else the other CTA height) and "prefill_wother/"
 (the wgmma kernel with the K/V tile it does not default to; "prefill_w64/" in runs before v5),
@@ -14,17 +14,28 @@ import csv
 import json
 
 ap = argparse.ArgumentParser()
-ap.add_argument("json")
+ap.add_argument("json", nargs="+")
 ap.add_argument("--csv", required=True)
 ap.add_argument("--sdpa")
 ap.add_argument("--commit", default="")
 ap.add_argument("--gpu", default="")
 args = ap.parse_args()
-run = json.load(open(args.json))
-rows = []
+run = {"benchmarks": []}
+for path in args.json:  # several runs: a later file's entry of the same name replaces an earlier one
+    part = json.load(open(path))
+    run["context"] = part["context"]
+    run["benchmarks"] += part["benchmarks"]
+# Medians of repetitions; an entry run without repetitions (no aggregates) counts with its one
+# measurement (the mean of its iterations).
+medians = {b["run_name"] for b in run["benchmarks"] if b.get("aggregate_name") == "median"}
+picked = {}
 for b in run["benchmarks"]:
-    if b.get("aggregate_name") != "median" or not b["run_name"].startswith("prefill"):
+    if not b["run_name"].startswith("prefill"):
         continue
+    if b.get("aggregate_name") == "median" or (b["run_name"] not in medians and b.get("run_type") == "iteration"):
+        picked[b["run_name"]] = b
+rows = []
+for b in picked.values():
     kind, fmt, chunk, prefix = b["run_name"].removesuffix("/manual_time").split("/")
     rows.append(dict(kind=kind, format=fmt, chunk=int(chunk.split(":")[1]), prefix=int(prefix.split(":")[1]),
                      time_us=b["real_time"], tflops=b["flops"] / b["real_time"] * 1e-6, rows=int(b["rows_per_cta"]),

@@ -96,11 +96,17 @@ TEST_SUITE("gpu") {
     CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, static_cast<kvq::PrefillKernel>(7)) == kvq::Status::kInvalidShape);
     if (kvq::detail::prefill_wgmma_available<Cfg>()) {
       CHECK(kvq::plan_prefill<Cfg>(ok, &p, kvq::kPrefillRowsSmall, kvq::PrefillKernel::kWgmma) == kvq::Status::kInvalidShape);
+      CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs, 32) == kvq::Status::kInvalidShape);  // its tile is 64
       REQUIRE(kvq::plan_prefill<Cfg>(ok, &p) == kvq::Status::kSuccess);
+      CHECK(p.kernel == kvq::prefill_hopper_default<Cfg>());
+      CHECK(p.kernel == kvq::PrefillKernel::kWgmmaWs);
+      CHECK(p.tile_tokens == 64);
+      REQUIRE(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma) == kvq::Status::kSuccess);
       CHECK(p.kernel == kvq::PrefillKernel::kWgmma);
       CHECK(p.tile_tokens == kvq::prefill_wgmma_default_tile<Cfg>());
     } else {
       CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma) == kvq::Status::kNotInstantiated);
+      CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs) == kvq::Status::kNotInstantiated);
     }
     REQUIRE(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kMmaSync) == kvq::Status::kSuccess);
     CHECK(p.kernel == kvq::PrefillKernel::kMmaSync);

@@ -38,11 +38,13 @@ constexpr int prefill_wgmma_default_tile() {
   return Cfg::k_quant::kind == QuantKind::kAsym || Cfg::v_quant::kind == QuantKind::kAsym ? 64 : 32;
 }
 
-// The Hopper kernel kAuto takes for configuration Cfg where the wgmma kernels are available
-// (measured: bench/RESULTS.md, "Chunked prefill v6").
+// The Hopper kernel kAuto takes for configuration Cfg where the wgmma kernels are available: the
+// warp-specialized one, faster than the two-warpgroup kernel in 39 of the 40 benchmarked cells
+// (every format, chunks 2048 / 8192, prefixes 0 / 30720 / 122880) and tied in the other
+// (bench/RESULTS.md, "Chunked prefill v6").
 template <class Cfg>
 constexpr PrefillKernel prefill_hopper_default() {
-  return PrefillKernel::kWgmma;
+  return PrefillKernel::kWgmmaWs;
 }
 
 struct PrefillShape {
