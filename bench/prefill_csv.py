@@ -19,6 +19,9 @@ ap.add_argument("--csv", required=True)
 ap.add_argument("--sdpa")
 ap.add_argument("--commit", default="")
 ap.add_argument("--gpu", default="")
+ap.add_argument("--default-kind", default="prefill",
+                help="the entries of the library's default kernel: 'prefill' (the binary's default), or e.g. "
+                     "'prefill_ws' for a run whose binary defaulted to another kernel than the final code")
 args = ap.parse_args()
 run = {"benchmarks": []}
 for path in args.json:  # several runs: a later file's entry of the same name replaces an earlier one
@@ -37,6 +40,8 @@ for b in run["benchmarks"]:
 rows = []
 for b in picked.values():
     kind, fmt, chunk, prefix = b["run_name"].removesuffix("/manual_time").split("/")
+    if args.default_kind != "prefill":  # the binary's default kernel was the two-warpgroup wgmma one
+        kind = "prefill" if kind == args.default_kind else "prefill_wgmma" if kind == "prefill" else kind
     rows.append(dict(kind=kind, format=fmt, chunk=int(chunk.split(":")[1]), prefix=int(prefix.split(":")[1]),
                      time_us=b["real_time"], tflops=b["flops"] / b["real_time"] * 1e-6, rows=int(b["rows_per_cta"]),
                      kern=(("ws/" if b.get("kernel") == 2 else "wgmma/") + str(int(b["tile_tokens"]))) if b.get("wgmma")
