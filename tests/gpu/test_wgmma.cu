@@ -46,8 +46,7 @@ __global__ void wgmma_probe(const bf16* q, const bf16* k, const bf16* v, const b
   wgmma_fence();
   KVQ_UNROLL
   for (int kk = 0; kk < D / 16; ++kk)
-    wgmma_ss<bf16, BN>(s, wgmma_desc(qa + (kk / 4) * 64 * 128 + (kk % 4) * 32, 16, 1024),
-                       wgmma_desc(ka + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
+    wgmma_ss<bf16, BN>(s, kmajor_desc(qa, 64, kk), kmajor_desc(ka, BN, kk), kk > 0);
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_pin(s);
@@ -67,7 +66,7 @@ __global__ void wgmma_probe(const bf16* q, const bf16* k, const bf16* v, const b
     wgmma_fence();
     KVQ_UNROLL
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_rs<bf16, BN, 0>(s2, qa[kk], wgmma_desc(ka + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
+      wgmma_rs<bf16, BN, 0>(s2, qa[kk], kmajor_desc(ka, BN, kk), kk > 0);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_pin(s2);
@@ -86,7 +85,7 @@ __global__ void wgmma_probe(const bf16* q, const bf16* k, const bf16* v, const b
   for (int r = 0; r < D / 2; ++r) o[r] = 0.0f;
   wgmma_fence();
   KVQ_UNROLL
-  for (int kt = 0; kt < BN / 16; ++kt) wgmma_rs<bf16, D, 1>(o, pa[kt], wgmma_desc(va + kt * 2048, BN * 128, 1024), 1);
+  for (int kt = 0; kt < BN / 16; ++kt) wgmma_rs<bf16, D, 1>(o, pa[kt], mnmajor_desc(va, BN, kt), 1);
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_pin(o);

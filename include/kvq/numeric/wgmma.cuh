@@ -66,6 +66,15 @@ KVQ_DEVICE uint64_t wgmma_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_b
          (uint64_t((sbo_bytes >> 4) & 0x3FFFu) << 32) | (uint64_t(1) << 62);
 }
 
+// Descriptor of k-step kk (16 elements along the rows) of a K-major panel matrix of `rows` rows
+// at shared address `addr`, and of k-step kt (16 rows) of an MN-major one (see above).
+KVQ_DEVICE uint64_t kmajor_desc(uint32_t addr, int rows, int kk) {
+  return wgmma_desc(addr + uint32_t((kk / 4) * rows * 128 + (kk % 4) * 32), 16, 1024);
+}
+KVQ_DEVICE uint64_t mnmajor_desc(uint32_t addr, int rows, int kt) {
+  return wgmma_desc(addr + uint32_t(kt * 2048), uint32_t(rows * 128), 1024);
+}
+
 KVQ_DEVICE void wgmma_fence() {
 #if KVQ_WGMMA_DEVICE
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

@@ -99,21 +99,14 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
   fence_proxy_async_shared();
   __syncthreads();
 
-  // This thread's rows: g and g + 8 of its warp's 16 (CTA rows 64 wg + 16 warp + g, + 8) and their
-  // positions. Padding rows take the last real row's position (finite softmax, never stored).
+  // This thread's rows: g and g + 8 of its warp's 16, CTA rows 64 wg + 16 warp + g, + 8 (wgmma_softmax.cuh).
   const int wr0 = row0 + 64 * wg + 16 * warp;
-  auto pos_of = [&](int rg) { return s.len + (rg < rows ? rg : rows - 1) / group; };
-  const bool capped = a.softcap > 0.0f;
-  const WgmmaSoftmaxRows sm{a.softmax_scale * 1.4426950408889634f,  // > 0 (check_attention_run)
-                            capped ? a.softmax_scale / a.softcap : 0.0f, capped ? a.softcap * 1.4426950408889634f : 0.0f,
-                            {pos_of(wr0 + g), pos_of(wr0 + g + 8)}, pos_of(row0 + 64 * wg), i};
+  const WgmmaSoftmaxRows sm = softmax_rows(a.softmax_scale, a.softcap, s.len, rows, group, row0 + 64 * wg, wr0, g, i);
   // Descriptors: Q (this warpgroup's 64 rows of each panel) and K as K-major operands, V MN-major.
   const uint32_t q_addr = sbase + 64 * wg * 128;
-  auto q_desc = [&](int kk) { return wgmma_desc(q_addr + (kk / 4) * BM * 128 + (kk % 4) * 32, 16, 1024); };
-  auto k_desc = [&](int j, int kk) {
-    return wgmma_desc(sbase + uint32_t(kv_at(j, 0)) + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024);
-  };
-  auto v_desc = [&](int j, int kt) { return wgmma_desc(sbase + uint32_t(kv_at(j, 1)) + kt * 2048, BN * 128, 1024); };
+  auto q_desc = [&](int kk) { return kmajor_desc(q_addr, BM, kk); };
+  auto k_desc = [&](int j, int kk) { return kmajor_desc(sbase + uint32_t(kv_at(j, 0)), BN, kk); };
+  auto v_desc = [&](int j, int kt) { return mnmajor_desc(sbase + uint32_t(kv_at(j, 1)), BN, kt); };
 
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[D / 2];
   KVQ_UNROLL

@@ -147,21 +147,14 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     // ---- consumers: consumer warpgroup cw takes CTA rows 64 cw .. 64 cw + 63 ----
     setmaxnreg_inc<kPrefillWsConsumerRegs>();
     const int cw = wg - kPrefillWsProducers / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
-    // This thread's rows: g and g + 8 of its warp's 16, and their positions. Padding rows take the
-    // last real row's position (finite softmax, never stored).
+    // This thread's rows: g and g + 8 of its warp's 16 (wgmma_softmax.cuh).
     const int wr0 = row0 + 64 * cw + 16 * warp;
-    auto pos_of = [&](int rg) { return s.len + (rg < rows ? rg : rows - 1) / group; };
-    const bool capped = a.softcap > 0.0f;
-    const WgmmaSoftmaxRows sm{a.softmax_scale * 1.4426950408889634f,  // > 0 (check_attention_run)
-                              capped ? a.softmax_scale / a.softcap : 0.0f, capped ? a.softcap * 1.4426950408889634f : 0.0f,
-                              {pos_of(wr0 + g), pos_of(wr0 + g + 8)}, pos_of(row0 + 64 * cw), i};
+    const WgmmaSoftmaxRows sm = softmax_rows(a.softmax_scale, a.softcap, s.len, rows, group, row0 + 64 * cw, wr0, g, i);
     // Descriptors: Q (this warpgroup's 64 rows of each panel) and K as K-major operands, V MN-major.
     const uint32_t q_addr = sbase + 64 * cw * 128;
-    auto q_desc = [&](int kk) { return wgmma_desc(q_addr + (kk / 4) * BM * 128 + (kk % 4) * 32, 16, 1024); };
-    auto k_desc = [&](int j, int kk) {
-      return wgmma_desc(sbase + uint32_t(kv_at(j, 0)) + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024);
-    };
-    auto v_desc = [&](int j, int kt) { return wgmma_desc(sbase + uint32_t(kv_at(j, 1)) + kt * 2048, BN * 128, 1024); };
+    auto q_desc = [&](int kk) { return kmajor_desc(q_addr, BM, kk); };
+    auto k_desc = [&](int j, int kk) { return kmajor_desc(sbase + uint32_t(kv_at(j, 0)), BN, kk); };
+    auto v_desc = [&](int j, int kt) { return mnmajor_desc(sbase + uint32_t(kv_at(j, 1)), BN, kt); };
     auto issue_s = [&](float(&sacc)[BN / 2], int j) {
       KVQ_UNROLL
       for (int kk = 0; kk < KS; ++kk) wgmma_ss<T, BN>(sacc, q_desc(kk), k_desc(j, kk), kk > 0);

@@ -31,6 +31,18 @@ struct WgmmaSoftmaxRows {
   int i;             // lane % 4
 };
 
+// The rows of the thread whose warp's first CTA row is wr0 (g and g + 8 of it; the warpgroup's
+// first row is wg_row0): row rg is query token rg / group, at position len + rg / group; padding
+// rows (rg >= rows) take the last real row's position (finite softmax, never stored).
+KVQ_DEVICE WgmmaSoftmaxRows softmax_rows(float softmax_scale, float softcap, int64_t len, int rows, int group, int wg_row0,
+                                         int wr0, int g, int i) {
+  auto pos_of = [&](int rg) { return len + (rg < rows ? rg : rows - 1) / group; };
+  const bool capped = softcap > 0.0f;
+  return WgmmaSoftmaxRows{softmax_scale * 1.4426950408889634f,  // > 0 (check_attention_run)
+                          capped ? softmax_scale / softcap : 0.0f, capped ? softcap * 1.4426950408889634f : 0.0f,
+                          {pos_of(wr0 + g), pos_of(wr0 + g + 8)}, pos_of(wg_row0), i};
+}
+
 // Running max m (log2 units) and sum l of the thread's two rows; corr gets the factor by which
 // the rows' earlier O and l shrink (l is already scaled here). s: the tile's logits -> probabilities.
 template <int BN>
