@@ -154,7 +154,8 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
     for (unsigned idx = tid; idx < unsigned(2 * BN * CH); idx += NT) {
       const bool is_v = idx >= unsigned(BN * CH);
       const int r = int(idx % unsigned(BN * CH) / unsigned(CH)), c = int(idx % unsigned(CH));
-      cp_async16((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16, (is_v ? src.new_v : src.new_k) + first + size_t(r) * stride + 8 * c);
+      const T* row = (is_v ? src.new_v : src.new_k) + first + size_t(r) * stride;
+      cp_async16((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16, row + 8 * c);
     }
     return;
   }

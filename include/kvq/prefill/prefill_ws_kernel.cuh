@@ -1,15 +1,16 @@
 // kvq/prefill/prefill_ws_kernel.cuh - the warp-specialized Hopper (sm_90a) kernel of chunked-prefill
-// attention: one warpgroup fills K/V tiles, two warpgroups multiply, handing tiles over through
+// attention: two warpgroups fill K/V tiles, two warpgroups multiply, handing tiles over through
 // mbarriers instead of CTA-wide barriers (the structure of FlashAttention-3).
 //
 // CTA = (row tile, sequence, KV head), 4 warpgroups, kPrefillRowsLarge query rows (chunk tokens x
 // GQA heads of one KV head, token-major, as in prefill_wgmma_kernel.cuh).
-//   warpgroups 0 and 1, the producers (one would be latency-bound on the dequantization: a
-//     thread's decode is a chain of shared loads, math and stores): per K/V tile of BN tokens, cp.async of its bytes (kv_tile.cuh's
-//     issue_tile: quantized records into a raw slot, model-dtype rows straight into the stage),
-//     then the dequantization of the record rows into the stage (decode_tile), a proxy fence and
-//     an arrive on the stage's `full` barrier. It runs up to `stages` - 1 tiles ahead, waiting on
-//     the stage's `empty` barrier before refilling it.
+//   warpgroups 0 and 1, the producers: per K/V tile of BN tokens, cp.async of its bytes
+//     (kv_tile.cuh's issue_tile: quantized records into a raw slot, model-dtype rows straight into
+//     the stage), then the dequantization of the record rows into the stage (decode_tile), a proxy
+//     fence and an arrive on the stage's `full` barrier. They run up to `stages` - 1 tiles ahead,
+//     waiting on the stage's `empty` barrier before refilling it. Two warpgroups, not one: a
+//     thread's decode is a chain of shared loads, math and stores, and one warp per scheduler left
+//     the quantized formats waiting on it (bench/NOTES.md, run 35).
 //   warpgroups 2 and 3, the consumers: 64 query rows each, per tile
 //       S_j = Q . K_j^T                 (wgmma, both operands in shared memory)
 //       O  += P_{j-1} . V_{j-1}         (wgmma, P from registers; issued right behind S_j)
@@ -42,7 +43,8 @@ constexpr int kPrefillWsProducers = 256;  // two producer warpgroups (threads 0 
 constexpr int kPrefillWsThreads = kPrefillWsProducers + 256;  // + two consumer warpgroups
 // Registers a thread (setmaxnreg; the CTA's 65,536 split between the roles): the consumers keep S,
 // P and O of 64 rows in registers, the producers only a tile chunk's decode.
-constexpr int kPrefillWsConsumerRegs = 168, kPrefillWsProducerRegs = 65536 / kPrefillWsProducers - kPrefillWsConsumerRegs;
+constexpr int kPrefillWsConsumerRegs = 168;
+constexpr int kPrefillWsProducerRegs = 65536 / kPrefillWsProducers - kPrefillWsConsumerRegs;  // 88
 constexpr int kPrefillWsTile = 64;      // K/V tokens per tile
 
 // Stages: as many as fit in the 227 KB of shared memory a CTA may have (at most kPrefillWsMaxStages):
@@ -122,7 +124,8 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     const unsigned tid = threadIdx.x;
     auto issue = [&](int j) {
       if (j >= S) mbarrier_wait(&empty[j % S], uint32_t((j / S - 1) & 1));  // tile j - S released
-      issue_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
+      issue_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1),
+                                               raw(j), tid);
     };
     KVQ_UNROLL
     for (int j = 0; j < S - 1; ++j) {
@@ -146,7 +149,8 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
   } else {
     // ---- consumers: consumer warpgroup cw takes CTA rows 64 cw .. 64 cw + 63 ----
     setmaxnreg_inc<kPrefillWsConsumerRegs>();
-    const int cw = wg - kPrefillWsProducers / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
+    const int cw = wg - kPrefillWsProducers / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane >> 2, i = lane & 3;
     // This thread's rows: g and g + 8 of its warp's 16 (wgmma_softmax.cuh).
     const int wr0 = row0 + 64 * cw + 16 * warp;
     const WgmmaSoftmaxRows sm = softmax_rows(a.softmax_scale, a.softcap, s.len, rows, group, row0 + 64 * cw, wr0, g, i);
