@@ -27,7 +27,7 @@ constexpr int prefill_rows_per_cta(int head_dim, bool /*quantized*/) {
 // kPrefillRowsSmall or kPrefillRowsLarge rows) or, on Hopper (an sm_90a build on a compute
 // capability 9.0 GPU, head dims 64 and 128, kPrefillRowsLarge rows a CTA): wgmma (two
 // warpgroups that copy, dequantize and multiply in turn; K/V tiles of tile_tokens = 32 or 64) or
-// wgmma_ws (warp-specialized: a producer warpgroup copies and dequantizes 64-token tiles for two
+// wgmma_ws (warp-specialized: two producer warpgroups copy and dequantize 64-token tiles for two
 // consumer warpgroups). kAuto: the Hopper default where available (prefill_hopper_default).
 enum class PrefillKernel : int32_t { kAuto = -1, kMmaSync = 0, kWgmma = 1, kWgmmaWs = 2 };
 // The wgmma kernel's default K/V tile for configuration Cfg (measured: bench/RESULTS.md, "Chunked

@@ -7,7 +7,7 @@
 //     whether the step's append ran before;
 //  2. the attention kernel, grid (row tiles, batch, KV heads): prefill_kernel.cuh (mma.sync, 128
 //     threads) or, where the plan says so, prefill_wgmma_kernel.cuh (Hopper wgmma, 256 threads) or
-//     prefill_ws_kernel.cuh (Hopper wgmma, warp-specialized, 384 threads).
+//     prefill_ws_kernel.cuh (Hopper wgmma, warp-specialized, 512 threads).
 #pragma once
 
 #include <cuda_runtime.h>
