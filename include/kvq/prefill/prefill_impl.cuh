@@ -22,41 +22,16 @@
 KVQ_NAMESPACE_BEGIN
 
 namespace detail {
-template <class Cfg, int BM>
-Status launch_prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
-                      const PrefillPlan& plan, uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags,
-                      cudaStream_t stream) {
-  constexpr size_t smem = PrefillSmem<Cfg, BM>::bytes;
-  if (cudaFuncSetAttribute(prefill_kernel<Cfg, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+// Any of the three attention kernels (they share their parameters): its dynamic shared memory
+// allowed, then launched over (row tiles, batch, KV heads).
+template <class T>
+Status launch_prefill_kernel(void (*kernel)(CacheView<T>, AttentionBatch<T>, PrefillPlan, uint8_t*, T*, uint32_t*),
+                             int threads, size_t smem, const CacheView<T>& cache, const AttentionBatch<T>& batch,
+                             const PrefillPlan& plan, uint8_t* transition, T* out, uint32_t* flags, cudaStream_t stream) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::kCudaError;
-  prefill_kernel<Cfg, BM><<<dim3(unsigned(plan.row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads)), kPrefillWarps * 32, smem,
-                            stream>>>(cache, batch, plan, transition, out, flags);
-  return Status::kSuccess;
-}
-
-template <class Cfg, int BN>
-Status launch_prefill_wgmma(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
-                            const PrefillPlan& plan, uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags,
-                            cudaStream_t stream) {
-  constexpr size_t smem = PrefillWgmmaSmem<Cfg, BN>::bytes;
-  if (cudaFuncSetAttribute(prefill_wgmma_kernel<Cfg, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
-      cudaSuccess)
-    return Status::kCudaError;
-  prefill_wgmma_kernel<Cfg, BN><<<dim3(unsigned(plan.row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads)),
-                                  kPrefillWgmmaThreads, smem, stream>>>(cache, batch, plan, transition, out, flags);
-  return Status::kSuccess;
-}
-
-template <class Cfg>
-Status launch_prefill_ws(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
-                         const PrefillPlan& plan, uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags,
-                         cudaStream_t stream) {
-  constexpr int BN = kPrefillWsTile;
-  constexpr size_t smem = PrefillWsSmem<Cfg, BN>::bytes;
-  if (cudaFuncSetAttribute(prefill_ws_kernel<Cfg, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
-    return Status::kCudaError;
-  prefill_ws_kernel<Cfg, BN><<<dim3(unsigned(plan.row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads)),
-                               kPrefillWsThreads, smem, stream>>>(cache, batch, plan, transition, out, flags);
+  kernel<<<dim3(unsigned(plan.row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads)), threads, smem, stream>>>(
+      cache, batch, plan, transition, out, flags);
   return Status::kSuccess;
 }
 
@@ -124,12 +99,18 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
     if constexpr (Cfg::head_dim <= 128) {
       if (plan.kernel == PrefillKernel::kWgmmaWs)
         launched = plan.tile_tokens == detail::kPrefillWsTile
-                       ? detail::launch_prefill_ws<Cfg>(cache, batch, plan, transition, out, flags, stream)
+                       ? detail::launch_prefill_kernel(detail::prefill_ws_kernel<Cfg, detail::kPrefillWsTile>, detail::kPrefillWsThreads,
+                                                       detail::PrefillWsSmem<Cfg, detail::kPrefillWsTile>::bytes, cache, batch,
+                                                       plan, transition, out, flags, stream)
                        : Status::kInvalidShape;
       else if (plan.tile_tokens == 32)
-        launched = detail::launch_prefill_wgmma<Cfg, 32>(cache, batch, plan, transition, out, flags, stream);
+        launched = detail::launch_prefill_kernel(detail::prefill_wgmma_kernel<Cfg, 32>, detail::kPrefillWgmmaThreads,
+                                                detail::PrefillWgmmaSmem<Cfg, 32>::bytes, cache, batch, plan, transition, out,
+                                                flags, stream);
       else if (plan.tile_tokens == 64)
-        launched = detail::launch_prefill_wgmma<Cfg, 64>(cache, batch, plan, transition, out, flags, stream);
+        launched = detail::launch_prefill_kernel(detail::prefill_wgmma_kernel<Cfg, 64>, detail::kPrefillWgmmaThreads,
+                                                detail::PrefillWgmmaSmem<Cfg, 64>::bytes, cache, batch, plan, transition, out,
+                                                flags, stream);
     } else {
       launched = Status::kNotInstantiated;
     }
@@ -137,10 +118,14 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
     launched = Status::kNotInstantiated;
 #endif
   } else if (plan.kernel == PrefillKernel::kMmaSync && plan.rows_per_cta == kPrefillRowsSmall)
-    launched = detail::launch_prefill<Cfg, kPrefillRowsSmall>(cache, batch, plan, transition, out, flags, stream);
+    launched = detail::launch_prefill_kernel(detail::prefill_kernel<Cfg, kPrefillRowsSmall>, detail::kPrefillWarps * 32,
+                                              detail::PrefillSmem<Cfg, kPrefillRowsSmall>::bytes, cache, batch, plan, transition,
+                                              out, flags, stream);
   if constexpr (Cfg::head_dim <= 128)
     if (plan.kernel == PrefillKernel::kMmaSync && plan.rows_per_cta == kPrefillRowsLarge)
-      launched = detail::launch_prefill<Cfg, kPrefillRowsLarge>(cache, batch, plan, transition, out, flags, stream);
+      launched = detail::launch_prefill_kernel(detail::prefill_kernel<Cfg, kPrefillRowsLarge>, detail::kPrefillWarps * 32,
+                                                detail::PrefillSmem<Cfg, kPrefillRowsLarge>::bytes, cache, batch, plan, transition,
+                                                out, flags, stream);
   if (launched != Status::kSuccess) return launched;
   return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
 }
