@@ -70,6 +70,13 @@ struct KvTile {
 
   KVQ_DEVICE static int swizzle(int row, int chunk) { return panel_chunk(BN, row, chunk); }
 
+  // True when issue_tile writes only the raw slot of tile [t0, t0 + BN) (every token a record
+  // token of two quantized roles): its copies need not wait for the k / v buffers to be free;
+  // only decode_tile, which writes them, does.
+  KVQ_DEVICE static bool issues_raw_only(int64_t t0, int64_t rec_end) {
+    return k_staged && v_staged && t0 + BN <= rec_end;
+  }
+
   // Source of byte `at` of the staged page whose first token is `off` tokens into `record`.
   KVQ_DEVICE static const uint8_t* staged_source(const uint8_t* record, int off, size_t at) {
     constexpr RecordOffsets o = Cfg::record;

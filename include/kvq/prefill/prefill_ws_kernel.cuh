@@ -46,6 +46,9 @@ constexpr int kPrefillWsThreads = kPrefillWsProducers + 256;  // + two consumer 
 constexpr int kPrefillWsConsumerRegs = 168;
 constexpr int kPrefillWsProducerRegs = 65536 / kPrefillWsProducers - kPrefillWsConsumerRegs;  // 88
 constexpr int kPrefillWsTile = 64;      // K/V tokens per tile
+#ifndef KVQ_PREFILL_WS_PINGPONG         // experiment (bench/NOTES.md): consumers alternate their products
+#define KVQ_PREFILL_WS_PINGPONG 0
+#endif
 
 // Stages: as many as fit in the 227 KB of shared memory a CTA may have (at most kPrefillWsMaxStages):
 // the producer issues tile j + stages - 1 when the consumers release tile j - 1, so the stage
@@ -122,8 +125,16 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     setmaxnreg_dec<kPrefillWsProducerRegs>();
     // ---- producer: tiles j + 1 .. j + S - 2 in flight while tile j is dequantized and handed over ----
     const unsigned tid = threadIdx.x;
-    auto issue = [&](int j) {
+    // Stage j % S is free once the consumers released tile j - S. Copies that write the stage
+    // (model-dtype rows) wait for that at issue; a tile of record tokens only copies into its raw
+    // slot and waits just before its decode writes the stage, so the producers dequantize up to
+    // S - 1 tiles ahead of the math instead of one (waiting at issue(j + S - 1) for the release
+    // of tile j - 1 put every decode behind the previous tile's P . V).
+    auto release_wait = [&](int j) {
       if (j >= S) mbarrier_wait(&empty[j % S], uint32_t((j / S - 1) & 1));  // tile j - S released
+    };
+    auto issue = [&](int j) {
+      if (!Tile::issues_raw_only(int64_t(j) * BN, src.rec_end)) release_wait(j);
       issue_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1),
                                                raw(j), tid);
     };
@@ -138,6 +149,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       const int32_t next_id = int(tid) < TP ? src.fetch_page_id(int64_t(j + S) * BN, tid, P) : 0;
       cp_async_wait<S - 2>();      // this thread's copies of tile j have landed
       named_barrier_sync(1, kPrefillWsProducers);  // ... and every producer thread's (decode reads them all)
+      release_wait(j);  // at once when issue(j) waited already (tile j is not consumed before this arrive)
       decode_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
       fence_proxy_async_shared();  // this thread's writes and copies, for the consumers' wgmma
       mbarrier_arrive(&full[j % S]);
@@ -183,11 +195,23 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     wgmma_pin(sacc);
     softmax_probabilities<BN>(sacc, sm, 0, m, l, corr);
     pack_probabilities<T, BN>(sacc, pa, l);
+#if KVQ_PREFILL_WS_PINGPONG
+    // The two consumer warpgroups take turns issuing their products (named barriers 2 + cw): while
+    // one runs its softmax the other's S and P . V own the tensor cores (FlashAttention-3's
+    // "pingpong"). Consumer 1 starts by handing consumer 0 the first turn.
+    if (cw == 1 && ntiles > 1) named_barrier_arrive(2, 256);
+#endif
     for (int j = 1; j < ntiles; ++j) {
       mbarrier_wait(&full[j % S], uint32_t((j / S) & 1));
+#if KVQ_PREFILL_WS_PINGPONG
+      named_barrier_sync(2 + cw, 256);  // my turn
+#endif
       wgmma_fence();
       issue_s(sacc, j);
       issue_pv(o, pa, j - 1);
+#if KVQ_PREFILL_WS_PINGPONG
+      named_barrier_arrive(3 - cw, 256);  // the other consumer's turn
+#endif
       wgmma_wait<1>();  // S_j done (P_{j-1} . V_{j-1} may still run)
       wgmma_pin(sacc);
       softmax_probabilities<BN>(sacc, sm, int64_t(j) * BN, m, l, corr);
@@ -197,6 +221,9 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       rescale_rows<D>(o, corr);
       pack_probabilities<T, BN>(sacc, pa, l);
     }
+#if KVQ_PREFILL_WS_PINGPONG
+    if (cw == 0 && ntiles > 1) named_barrier_sync(2, 256);  // consumer 1's last hand-over, unclaimed
+#endif
     wgmma_fence();
     issue_pv(o, pa, ntiles - 1);
     wgmma_wait<0>();
