@@ -45,6 +45,18 @@ KVQ_DEVICE void mbarrier_arrive(uint64_t* bar) {
 #endif
 }
 
+// Holds the current phase of `bar` open until every cp.async this thread issued so far has
+// completed (the pending count goes up by one now and down by one then: no arrival of its own,
+// the thread still arrives with mbarrier_arrive). A waiter whose wait returns sees those copies.
+KVQ_DEVICE void cp_async_mbarrier_arrive(uint64_t* bar) {
+#if KVQ_MBARRIER_DEVICE
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
+               : "memory");
+#else
+  (void)bar;
+#endif
+}
+
 // Returns once the phase of parity `parity` has completed.
 KVQ_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #if KVQ_MBARRIER_DEVICE

@@ -76,6 +76,8 @@ struct KvTile {
   KVQ_DEVICE static bool issues_raw_only(int64_t t0, int64_t rec_end) {
     return k_staged && v_staged && t0 + BN <= rec_end;
   }
+  // True when decode_tile has rows to dequantize in tile [t0, t0 + BN) (record tokens of a quantized role).
+  KVQ_DEVICE static bool decodes(int64_t t0, int64_t rec_end) { return (k_staged || v_staged) && t0 < rec_end; }
 
   // Source of byte `at` of the staged page whose first token is `off` tokens into `record`.
   KVQ_DEVICE static const uint8_t* staged_source(const uint8_t* record, int off, size_t at) {

@@ -123,20 +123,24 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
 
   if (wg < kPrefillWsProducers / 128) {
     setmaxnreg_dec<kPrefillWsProducerRegs>();
-    // ---- producer: tiles j + 1 .. j + S - 2 in flight while tile j is dequantized and handed over ----
+    // ---- producer: tiles up to j + S - 1 in flight while tile j is dequantized ----
+    // Tile j is handed over through full[j % S] by two kinds of arrival from every producer thread:
+    // cp_async_mbarrier_arrive right after its copies are issued (the phase stays open until they
+    // land), and its own arrive, at issue for a tile with nothing to dequantize (model-dtype rows
+    // only: the consumers then wait on the copies, not on this loop) or after decode_tile.
+    // Stage j % S is free once the consumers released tile j - S: copies that write the stage
+    // wait for that at issue; a tile of record tokens only copies into its raw slot and waits just
+    // before its decode writes the stage, so the producers dequantize up to S - 1 tiles ahead.
     const unsigned tid = threadIdx.x;
-    // Stage j % S is free once the consumers released tile j - S. Copies that write the stage
-    // (model-dtype rows) wait for that at issue; a tile of record tokens only copies into its raw
-    // slot and waits just before its decode writes the stage, so the producers dequantize up to
-    // S - 1 tiles ahead of the math instead of one (waiting at issue(j + S - 1) for the release
-    // of tile j - 1 put every decode behind the previous tile's P . V).
     auto release_wait = [&](int j) {
       if (j >= S) mbarrier_wait(&empty[j % S], uint32_t((j / S - 1) & 1));  // tile j - S released
     };
     auto issue = [&](int j) {
-      if (!Tile::issues_raw_only(int64_t(j) * BN, src.rec_end)) release_wait(j);
-      issue_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1),
-                                               raw(j), tid);
+      const int64_t t0 = int64_t(j) * BN;
+      if (!Tile::issues_raw_only(t0, src.rec_end)) release_wait(j);
+      issue_tile<Cfg, BN, kPrefillWsProducers>(src, t0, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
+      cp_async_mbarrier_arrive(&full[j % S]);
+      if (!Tile::decodes(t0, src.rec_end)) mbarrier_arrive(&full[j % S]);
     };
     KVQ_UNROLL
     for (int j = 0; j < S - 1; ++j) {
@@ -147,13 +151,18 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       // Page ids of tile j + S: loaded now, stored after this iteration's issue; the barrier of
       // the next iteration publishes them before tile j + S is issued (one iteration later).
       const int32_t next_id = int(tid) < TP ? src.fetch_page_id(int64_t(j + S) * BN, tid, P) : 0;
-      cp_async_wait<S - 2>();      // this thread's copies of tile j have landed
-      named_barrier_sync(1, kPrefillWsProducers);  // ... and every producer thread's (decode reads them all)
-      release_wait(j);  // at once when issue(j) waited already (tile j is not consumed before this arrive)
-      decode_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
-      fence_proxy_async_shared();  // this thread's writes and copies, for the consumers' wgmma
-      mbarrier_arrive(&full[j % S]);
-      // Raw slot (j + S - 1) % S was last read by the decode of tile j - 1, before this iteration's barrier.
+      const bool decodes = Tile::decodes(int64_t(j) * BN, src.rec_end);  // the same for every producer thread
+      if (decodes) cp_async_wait<S - 2>();  // this thread's copies of tile j have landed
+      // Every producer thread's copies of tile j (decode reads them all), the page ids stored in
+      // the last iteration, and the end of every thread's decode of tile j - 1, whose raw slot
+      // issue(j + S - 1) refills.
+      named_barrier_sync(1, kPrefillWsProducers);
+      if (decodes) {
+        release_wait(j);  // at once when issue(j) waited already (tile j is not consumed before this arrive)
+        decode_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
+        fence_proxy_async_shared();  // this thread's writes, for the consumers' wgmma
+        mbarrier_arrive(&full[j % S]);
+      }
       if (j + S - 1 < ntiles) issue(j + S - 1);
       cp_async_commit();
       if (int(tid) < TP) page_ids[(j + S) % PR][tid] = next_id;
@@ -189,6 +198,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     KVQ_UNROLL
     for (int r = 0; r < D / 2; ++r) o[r] = 0.0f;
     mbarrier_wait(&full[0], 0);
+    fence_proxy_async_shared();
     wgmma_fence();
     issue_s(sacc, 0);
     wgmma_wait<0>();
@@ -203,6 +213,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
 #endif
     for (int j = 1; j < ntiles; ++j) {
       mbarrier_wait(&full[j % S], uint32_t((j / S) & 1));
+      fence_proxy_async_shared();  // the stage's cp.async rows (completed, not fenced by their issuer), for wgmma
 #if KVQ_PREFILL_WS_PINGPONG
       named_barrier_sync(2 + cw, 256);  // my turn
 #endif
