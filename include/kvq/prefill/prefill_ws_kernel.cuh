@@ -7,8 +7,10 @@
 //   warpgroups 0 and 1, the producers: per K/V tile of BN tokens, cp.async of its bytes
 //     (kv_tile.cuh's issue_tile: quantized records into a raw slot, model-dtype rows straight into
 //     the stage), then the dequantization of the record rows into the stage (decode_tile), a proxy
-//     fence and an arrive on the stage's `full` barrier. They run up to `stages` - 1 tiles ahead,
-//     waiting on the stage's `empty` barrier before refilling it. Two warpgroups, not one: a
+//     fence and an arrive on the stage's `full` barrier; a tile with nothing to dequantize is
+//     handed over by its copies' completion (cp.async-tracked arrivals), not by the producer loop.
+//     They run up to `stages` - 1 tiles ahead; whatever writes a stage first waits on its `empty`
+//     barrier (the copies of model-dtype rows, else the decode). Two warpgroups, not one: a
 //     thread's decode is a chain of shared loads, math and stores, and one warp per scheduler left
 //     the quantized formats waiting on it (bench/NOTES.md, run 35).
 //   warpgroups 2 and 3, the consumers: 64 query rows each, per tile
