@@ -79,10 +79,6 @@ KVQ_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 KVQ_DEVICE void named_barrier_sync(unsigned id, unsigned threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// Counts this warp's threads toward barrier `id` without waiting for it.
-KVQ_DEVICE void named_barrier_arrive(unsigned id, unsigned threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // Registers a thread of this warpgroup may hold from here on (sm_90a; every thread of the
 // warpgroup executes it): a warp-specialized kernel hands the registers its producers do not

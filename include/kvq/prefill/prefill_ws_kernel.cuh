@@ -48,9 +48,6 @@ constexpr int kPrefillWsThreads = kPrefillWsProducers + 256;  // + two consumer 
 constexpr int kPrefillWsConsumerRegs = 168;
 constexpr int kPrefillWsProducerRegs = 65536 / kPrefillWsProducers - kPrefillWsConsumerRegs;  // 88
 constexpr int kPrefillWsTile = 64;      // K/V tokens per tile
-#ifndef KVQ_PREFILL_WS_PINGPONG         // experiment (bench/NOTES.md): consumers alternate their products
-#define KVQ_PREFILL_WS_PINGPONG 0
-#endif
 
 // Stages: as many as fit in the 227 KB of shared memory a CTA may have (at most kPrefillWsMaxStages):
 // the producer issues tile j + stages - 1 when the consumers release tile j - 1, so the stage
@@ -207,24 +204,12 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     wgmma_pin(sacc);
     softmax_probabilities<BN>(sacc, sm, 0, m, l, corr);
     pack_probabilities<T, BN>(sacc, pa, l);
-#if KVQ_PREFILL_WS_PINGPONG
-    // The two consumer warpgroups take turns issuing their products (named barriers 2 + cw): while
-    // one runs its softmax the other's S and P . V own the tensor cores (FlashAttention-3's
-    // "pingpong"). Consumer 1 starts by handing consumer 0 the first turn.
-    if (cw == 1 && ntiles > 1) named_barrier_arrive(2, 256);
-#endif
     for (int j = 1; j < ntiles; ++j) {
       mbarrier_wait(&full[j % S], uint32_t((j / S) & 1));
       fence_proxy_async_shared();  // the stage's cp.async rows (completed, not fenced by their issuer), for wgmma
-#if KVQ_PREFILL_WS_PINGPONG
-      named_barrier_sync(2 + cw, 256);  // my turn
-#endif
       wgmma_fence();
       issue_s(sacc, j);
       issue_pv(o, pa, j - 1);
-#if KVQ_PREFILL_WS_PINGPONG
-      named_barrier_arrive(3 - cw, 256);  // the other consumer's turn
-#endif
       wgmma_wait<1>();  // S_j done (P_{j-1} . V_{j-1} may still run)
       wgmma_pin(sacc);
       softmax_probabilities<BN>(sacc, sm, int64_t(j) * BN, m, l, corr);
@@ -234,9 +219,6 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       rescale_rows<D>(o, corr);
       pack_probabilities<T, BN>(sacc, pa, l);
     }
-#if KVQ_PREFILL_WS_PINGPONG
-    if (cw == 0 && ntiles > 1) named_barrier_sync(2, 256);  // consumer 1's last hand-over, unclaimed
-#endif
     wgmma_fence();
     issue_pv(o, pa, ntiles - 1);
     wgmma_wait<0>();
