@@ -25,12 +25,20 @@ namespace detail {
 #define KVQ_MBARRIER_DEVICE 0
 #endif
 
+// The 32-bit shared-window address of a barrier, as the instructions below take it.
+KVQ_DEVICE uint32_t mbarrier_address(const uint64_t* bar) {
+#if KVQ_MBARRIER_DEVICE
+  return static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+#else
+  (void)bar;
+  return 0u;
+#endif
+}
+
 // One thread initialises; the CTA must synchronise (__syncthreads) before anyone uses it.
 KVQ_DEVICE void mbarrier_init(uint64_t* bar, unsigned count) {
 #if KVQ_MBARRIER_DEVICE
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
-               "r"(count)
-               : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mbarrier_address(bar)), "r"(count) : "memory");
 #else
   (void)bar, (void)count;
 #endif
@@ -38,8 +46,7 @@ KVQ_DEVICE void mbarrier_init(uint64_t* bar, unsigned count) {
 
 KVQ_DEVICE void mbarrier_arrive(uint64_t* bar) {
 #if KVQ_MBARRIER_DEVICE
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
-               : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mbarrier_address(bar)) : "memory");
 #else
   (void)bar;
 #endif
@@ -50,8 +57,7 @@ KVQ_DEVICE void mbarrier_arrive(uint64_t* bar) {
 // the thread still arrives with mbarrier_arrive). A waiter whose wait returns sees those copies.
 KVQ_DEVICE void cp_async_mbarrier_arrive(uint64_t* bar) {
 #if KVQ_MBARRIER_DEVICE
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
-               : "memory");
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(mbarrier_address(bar)) : "memory");
 #else
   (void)bar;
 #endif
@@ -60,7 +66,7 @@ KVQ_DEVICE void cp_async_mbarrier_arrive(uint64_t* bar) {
 // Returns once the phase of parity `parity` has completed.
 KVQ_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #if KVQ_MBARRIER_DEVICE
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  const uint32_t addr = mbarrier_address(bar);
   uint32_t done = 0;
   do {
     asm volatile(
