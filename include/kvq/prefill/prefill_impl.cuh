@@ -55,7 +55,7 @@ Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_c
   if (kernel != PrefillKernel::kAuto && kernel != PrefillKernel::kMmaSync && kernel != PrefillKernel::kWgmma &&
       kernel != PrefillKernel::kWgmmaWs)
     return Status::kInvalidShape;
-  if (tile_tokens != 0 && tile_tokens != 32 && tile_tokens != 64) return Status::kInvalidShape;
+  if (tile_tokens != 0 && tile_tokens != 32 && tile_tokens != 64 && tile_tokens != 128) return Status::kInvalidShape;
   const bool available = detail::prefill_wgmma_available<Cfg>();
   if (kernel == PrefillKernel::kAuto && (rows_per_cta == 0 || rows_per_cta == kPrefillRowsLarge) && available)
     kernel = prefill_hopper_default<Cfg>();
@@ -63,6 +63,7 @@ Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_c
     if (!available) return Status::kNotInstantiated;
     if (rows_per_cta != 0 && rows_per_cta != kPrefillRowsLarge) return Status::kInvalidShape;
     const bool ws = kernel == PrefillKernel::kWgmmaWs;
+    if (!ws && tile_tokens == 128) return Status::kInvalidShape;  // 32 or 64 for the two-warpgroup kernel
     if (ws && tile_tokens != 0 && tile_tokens != detail::kPrefillWsTile && tile_tokens != detail::prefill_ws_tile<Cfg>())
       return Status::kInvalidShape;
     const Status st = plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, kPrefillRowsLarge, plan);
