@@ -87,6 +87,7 @@ struct PrefillCase {
       else
         variants.push_back({"prefill_wgmma/", 0, kvq::PrefillKernel::kWgmma, 0});
       if (def.kernel != kvq::PrefillKernel::kWgmmaWs) variants.push_back({"prefill_ws/", 0, kvq::PrefillKernel::kWgmmaWs, 0});
+      else if (def.tile_tokens != 64) variants.push_back({"prefill_ws64/", 0, kvq::PrefillKernel::kWgmmaWs, 64});
       variants.push_back({"prefill_alt/", 0, kvq::PrefillKernel::kMmaSync, 0});
     } else {
       variants.push_back({"prefill_alt/", def.rows_per_cta == kvq::kPrefillRowsSmall ? kvq::kPrefillRowsLarge : kvq::kPrefillRowsSmall,

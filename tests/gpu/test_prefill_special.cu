@@ -104,6 +104,18 @@ TEST_SUITE("gpu") {
       REQUIRE(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma) == kvq::Status::kSuccess);
       CHECK(p.kernel == kvq::PrefillKernel::kWgmma);
       CHECK(p.tile_tokens == kvq::prefill_wgmma_default_tile<Cfg>());
+      // Neither role quantized: 128-token tiles by default, 64 on request, nothing else.
+      using NoneCfg = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::NoQuant, kvq::NoQuant>;
+      REQUIRE(kvq::plan_prefill<NoneCfg>(ok, &p) == kvq::Status::kSuccess);
+      CHECK(p.kernel == kvq::PrefillKernel::kWgmmaWs);
+      CHECK(p.tile_tokens == 128);
+      REQUIRE(kvq::plan_prefill<NoneCfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs, 64) == kvq::Status::kSuccess);
+      CHECK(p.tile_tokens == 64);
+      REQUIRE(kvq::plan_prefill<NoneCfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs, 128) == kvq::Status::kSuccess);
+      CHECK(p.tile_tokens == 128);
+      CHECK(kvq::plan_prefill<NoneCfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs, 32) == kvq::Status::kInvalidShape);
+      CHECK(kvq::plan_prefill<NoneCfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma, 128) == kvq::Status::kInvalidShape);
+      CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs, 128) == kvq::Status::kInvalidShape);  // quantized: 64 only
     } else {
       CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma) == kvq::Status::kNotInstantiated);
       CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs) == kvq::Status::kNotInstantiated);

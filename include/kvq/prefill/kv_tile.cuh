@@ -44,14 +44,15 @@ struct KvTile {
   using KQ = typename Cfg::k_quant;
   using VQ = typename Cfg::v_quant;
   static constexpr int D = Cfg::head_dim, P = Cfg::page;
-  static constexpr int BN = TileTokens;          // tokens per tile: 32 or 64
-  static_assert(BN == 32 || BN == 64, "tiles of 32 or 64 tokens");
+  static constexpr int BN = TileTokens;          // tokens per tile: 32, 64 or 128 (model-dtype roles only)
+  static_assert(BN == 32 || BN == 64 || BN == 128, "tiles of 32, 64 or 128 tokens");
   static constexpr int SP = P < BN ? P : BN;     // tokens per staged page
   static constexpr int staged_pages = BN / SP;
   static constexpr int tile_pages = P < BN ? BN / P : 1;  // pages a tile touches (tiles never straddle a page)
   static constexpr int chunks = D / 8;           // 16-byte chunks per row
   static constexpr bool k_staged = KQ::kind != QuantKind::kNone;
   static constexpr bool v_staged = VQ::kind != QuantKind::kNone;
+  static_assert(BN < 128 || (!k_staged && !v_staged), "128-token tiles carry model-dtype rows only");
 
   // Section sizes of a record of page SP (record_layout.hpp), except that keys keep one whole
   // group's parameters when the key group is longer than SP. "none" roles are not staged.
@@ -151,6 +152,22 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
           cp_async16((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16,
                      rec + (is_v ? o.v_codes : o.k_codes) + (size_t(off + r) * D + 8 * c) * sizeof(T));
         }
+      }
+      return;
+    }
+  }
+  if constexpr (P < BN && BN == 2 * P && !Tile::k_staged && !Tile::v_staged) {
+    // A tile of two whole records' rows (a 128-token tile over pages of 64): one record address
+    // per page, every copy an offset from one of the two.
+    if (t0 + BN <= src.rec_end && t0 + BN <= src.kv_end) {
+      const uint8_t* rec0 = src.record(t0, t0, ids, P, Cfg::record_bytes);
+      const uint8_t* rec1 = src.record(t0 + P, t0, ids, P, Cfg::record_bytes);
+      for (unsigned idx = tid; idx < unsigned(2 * BN * CH); idx += NT) {
+        const bool is_v = idx >= unsigned(BN * CH);
+        const int r = int(idx % unsigned(BN * CH) / unsigned(CH)), c = int(idx % unsigned(CH));
+        const uint8_t* rec = r < P ? rec0 : rec1;
+        cp_async16((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16,
+                   rec + (is_v ? o.v_codes : o.k_codes) + (size_t(r % P) * D + 8 * c) * sizeof(T));
       }
       return;
     }

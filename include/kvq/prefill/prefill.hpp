@@ -28,7 +28,8 @@ KVQ_NAMESPACE_BEGIN
 // takes the Hopper kernel prefill_hopper_default<Cfg>() where this build and the current device
 // have the wgmma kernels (and rows_per_cta is 0 or kPrefillRowsLarge), else mma.sync; kWgmma or
 // kWgmmaWs where they are not available is kNotInstantiated. tile_tokens: the K/V tile, 0 (the
-// kernel's default: prefill_wgmma_default_tile for kWgmma), 32 or 64 (kWgmma), 64 (kWgmmaWs).
+// kernel's default: prefill_wgmma_default_tile for kWgmma, detail::prefill_ws_tile for kWgmmaWs),
+// 32 or 64 (kWgmma), 64 or, where neither role is quantized, 128 (kWgmmaWs).
 template <class Cfg>
 Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_cta = 0,
                     PrefillKernel kernel = PrefillKernel::kAuto, int tile_tokens = 0);

@@ -55,7 +55,7 @@ Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_c
   if (kernel != PrefillKernel::kAuto && kernel != PrefillKernel::kMmaSync && kernel != PrefillKernel::kWgmma &&
       kernel != PrefillKernel::kWgmmaWs)
     return Status::kInvalidShape;
-  if (tile_tokens != 0 && tile_tokens != 32 && tile_tokens != 64) return Status::kInvalidShape;
+  if (tile_tokens != 0 && tile_tokens != 32 && tile_tokens != 64 && tile_tokens != 128) return Status::kInvalidShape;
   const bool available = detail::prefill_wgmma_available<Cfg>();
   if (kernel == PrefillKernel::kAuto && (rows_per_cta == 0 || rows_per_cta == kPrefillRowsLarge) && available)
     kernel = prefill_hopper_default<Cfg>();
@@ -63,11 +63,14 @@ Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_c
     if (!available) return Status::kNotInstantiated;
     if (rows_per_cta != 0 && rows_per_cta != kPrefillRowsLarge) return Status::kInvalidShape;
     const bool ws = kernel == PrefillKernel::kWgmmaWs;
-    if (ws && tile_tokens != 0 && tile_tokens != detail::kPrefillWsTile) return Status::kInvalidShape;
+    if (!ws && tile_tokens == 128) return Status::kInvalidShape;  // 32 or 64 for the two-warpgroup kernel
+    if (ws && tile_tokens != 0 && tile_tokens != detail::kPrefillWsTile && tile_tokens != detail::prefill_ws_tile<Cfg>())
+      return Status::kInvalidShape;
     const Status st = plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, kPrefillRowsLarge, plan);
     if (st == Status::kSuccess) {
       plan->kernel = kernel;
-      plan->tile_tokens = ws ? detail::kPrefillWsTile : tile_tokens ? tile_tokens : prefill_wgmma_default_tile<Cfg>();
+      plan->tile_tokens = ws ? (tile_tokens ? tile_tokens : detail::prefill_ws_tile<Cfg>())
+                             : tile_tokens ? tile_tokens : prefill_wgmma_default_tile<Cfg>();
     }
     return st;
   }
@@ -97,12 +100,18 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
     // a binary without it refuses the plan instead of running something else.
 #if defined(KVQ_ENABLE_WGMMA)
     if constexpr (Cfg::head_dim <= 128) {
-      if (plan.kernel == PrefillKernel::kWgmmaWs)
-        launched = plan.tile_tokens == detail::kPrefillWsTile
-                       ? detail::launch_prefill_kernel(detail::prefill_ws_kernel<Cfg, detail::kPrefillWsTile>, detail::kPrefillWsThreads,
-                                                       detail::PrefillWsSmem<Cfg, detail::kPrefillWsTile>::bytes, cache, batch,
-                                                       plan, transition, out, flags, stream)
-                       : Status::kInvalidShape;
+      if (plan.kernel == PrefillKernel::kWgmmaWs) {
+        if (plan.tile_tokens == detail::kPrefillWsTile)
+          launched = detail::launch_prefill_kernel(detail::prefill_ws_kernel<Cfg, detail::kPrefillWsTile>, detail::kPrefillWsThreads,
+                                                   detail::PrefillWsSmem<Cfg, detail::kPrefillWsTile>::bytes, cache, batch, plan,
+                                                   transition, out, flags, stream);
+        if constexpr (detail::prefill_ws_tile<Cfg>() != detail::kPrefillWsTile)
+          if (plan.tile_tokens == detail::prefill_ws_tile<Cfg>())
+            launched = detail::launch_prefill_kernel(detail::prefill_ws_kernel<Cfg, detail::prefill_ws_tile<Cfg>()>,
+                                                     detail::kPrefillWsThreads,
+                                                     detail::PrefillWsSmem<Cfg, detail::prefill_ws_tile<Cfg>()>::bytes, cache,
+                                                     batch, plan, transition, out, flags, stream);
+      }
       else if (plan.tile_tokens == 32)
         launched = detail::launch_prefill_kernel(detail::prefill_wgmma_kernel<Cfg, 32>, detail::kPrefillWgmmaThreads,
                                                 detail::PrefillWgmmaSmem<Cfg, 32>::bytes, cache, batch, plan, transition, out,

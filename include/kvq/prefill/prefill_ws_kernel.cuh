@@ -45,9 +45,18 @@ constexpr int kPrefillWsProducers = 256;  // two producer warpgroups (threads 0 
 constexpr int kPrefillWsThreads = kPrefillWsProducers + 256;  // + two consumer warpgroups
 // Registers a thread (setmaxnreg; the CTA's 65,536 split between the roles): the consumers keep S,
 // P and O of 64 rows in registers, the producers only a tile chunk's decode.
-constexpr int kPrefillWsConsumerRegs = 168;
-constexpr int kPrefillWsProducerRegs = 65536 / kPrefillWsProducers - kPrefillWsConsumerRegs;  // 88
-constexpr int kPrefillWsTile = 64;      // K/V tokens per tile
+// 128-token tiles (the "none" configurations) hold an S tile of 64 x 128 in registers: 208 / 48.
+template <int BN>
+KVQ_HD_CONSTEXPR int prefill_ws_consumer_regs() { return BN == 128 ? 208 : 168; }
+template <int BN>
+KVQ_HD_CONSTEXPR int prefill_ws_producer_regs() { return 65536 / kPrefillWsProducers - prefill_ws_consumer_regs<BN>(); }  // 88 / 48
+constexpr int kPrefillWsTile = 64;      // K/V tokens per tile of the quantized configurations
+// The tile of configuration Cfg: 128 tokens when neither role is quantized (the tile's k and v
+// rows, 64 KB a stage, leave room for three stages), else 64.
+template <class Cfg>
+KVQ_HD_CONSTEXPR int prefill_ws_tile() {
+  return Cfg::k_quant::kind == QuantKind::kNone && Cfg::v_quant::kind == QuantKind::kNone ? 128 : kPrefillWsTile;
+}
 
 // Stages: as many as fit in the 227 KB of shared memory a CTA may have (at most kPrefillWsMaxStages):
 // the producer issues tile j + stages - 1 when the consumers release tile j - 1, so the stage
@@ -121,7 +130,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
   __syncthreads();
 
   if (wg < kPrefillWsProducers / 128) {
-    setmaxnreg_dec<kPrefillWsProducerRegs>();
+    setmaxnreg_dec<prefill_ws_producer_regs<BN>()>();
     // ---- producer: tiles up to j + S - 1 in flight while tile j is dequantized ----
     // Tile j is handed over through full[j % S] by two kinds of arrival from every producer thread:
     // cp_async_mbarrier_arrive right after its copies are issued (the phase stays open until they
@@ -168,7 +177,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     }
   } else {
     // ---- consumers: consumer warpgroup cw takes CTA rows 64 cw .. 64 cw + 63 ----
-    setmaxnreg_inc<kPrefillWsConsumerRegs>();
+    setmaxnreg_inc<prefill_ws_consumer_regs<BN>()>();
     const int cw = wg - kPrefillWsProducers / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane >> 2, i = lane & 3;
     // This thread's rows: g and g + 8 of its warp's 16 (wgmma_softmax.cuh).
