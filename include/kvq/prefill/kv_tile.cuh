@@ -240,60 +240,161 @@ KVQ_DEVICE void decode_tile_rows(const uint8_t* raw, int rows, size_t codes, siz
   }
 }
 
+// A full tile (every row a record row of one staged page: P >= BN) of an asymmetric role is
+// dequantized by the fast path below when a thread's share fits it: all the thread's shared loads
+// of both roles issue before its first store (a st.shared between items keeps the compiler from
+// hoisting the next item's ld.shared, as it cannot tell the raw slot from the stage), trip counts
+// are fixed, and keys convert their parameters once per thread. The values are those of the
+// general path, bit for bit (the same decode_key_word / decode_value_words).
+//   keys:   thread tid takes channel chunk tid % (D/8) of `rows` consecutive rows from
+//           (tid / (D/8)) x rows on, all in one key group (Q::group a multiple of `rows`);
+//   values: item tid + i NT (i < items) is channel chunk idx % (D/8) of token pair idx / (D/8),
+//           its chunk inside one value group (Q::group a multiple of 8).
+template <class Tile, class Q, int NT>
+struct FullTileKeys {
+  static constexpr int CH = Tile::chunks, rows = Tile::BN * CH / NT, n = rows >= 1 ? rows : 1;
+  static constexpr bool fits =
+      Q::kind == QuantKind::kAsym && Tile::SP == Tile::BN && Tile::BN * CH % NT == 0 && rows >= 1 && Q::group % n == 0;
+  uint32_t w[n];  // the chunk's code word of rows r0 .. r0 + rows - 1 (key_chunk_word)
+  KeyChunkParams par;
+  int c, r0;
+
+  KVQ_DEVICE void load(const uint8_t* raw, unsigned tid) {
+    c = int(tid % unsigned(CH));
+    r0 = int(tid / unsigned(CH)) * rows;
+    KVQ_UNROLL
+    for (int i = 0; i < rows; ++i) w[i] = key_chunk_word<Q, Tile::D>(raw + Tile::kc, r0 + i, 8 * c);
+    par = key_chunk_params<Q, Tile::D>(raw + Tile::kp, r0, 8 * c);
+  }
+  KVQ_DEVICE void store(uint8_t* k) const {
+    KVQ_UNROLL
+    for (int i = 0; i < rows; ++i) {
+      float x[kDecodeChunk];
+      decode_key_word<Q>(w[i], par, x);
+      store_tile_chunk<Tile>(k, r0 + i, c, x);
+    }
+  }
+};
+
+template <class Tile, class Q, int NT>
+struct FullTileValues {
+  static constexpr int CH = Tile::chunks, items = Tile::BN / 2 * CH / NT, n = items >= 1 ? items : 1;
+  static constexpr int words = Q::kind == QuantKind::kAsym ? 2 * kDecodeChunk * Q::bits / 32 : 1;  // a chunk's words of a pair
+  static constexpr bool fits = Q::kind == QuantKind::kAsym && Tile::SP == Tile::BN && Tile::BN / 2 * CH % NT == 0 &&
+                               items >= 1 && Q::group % kDecodeChunk == 0;
+  uint32_t w[n][words];
+  AsymParams par[n][2];  // of the pair's two tokens
+
+  KVQ_DEVICE static int token(unsigned tid, int i) { return 2 * int((tid + unsigned(i * NT)) / CH); }
+  KVQ_DEVICE static int chunk(unsigned tid, int i) { return int((tid + unsigned(i * NT)) % CH); }
+  KVQ_DEVICE void load(const uint8_t* raw, unsigned tid) {
+    constexpr int D = Tile::D;
+    KVQ_UNROLL
+    for (int i = 0; i < items; ++i) {
+      const int t = token(tid, i), c0 = 8 * chunk(tid, i);
+      const uint32_t* pw = reinterpret_cast<const uint32_t*>(raw + Tile::vc) + code_slot<Q::bits, D>(Role::kValue, t, c0).word;
+      KVQ_UNROLL
+      for (int j = 0; j < words; ++j) w[i][j] = pw[j];
+      par[i][0] = asym_params_at<Q, Role::kValue, D, Tile::SP>(raw + Tile::vp, t, c0);
+      par[i][1] = asym_params_at<Q, Role::kValue, D, Tile::SP>(raw + Tile::vp, t + 1, c0);
+    }
+  }
+  KVQ_DEVICE void store(uint8_t* v, unsigned tid) const {
+    KVQ_UNROLL
+    for (int i = 0; i < items; ++i) {
+      KVQ_UNROLL
+      for (int parity = 0; parity < 2; ++parity) {
+        float x[kDecodeChunk];
+        decode_value_words<Q>(w[i], parity, par[i][parity], x);
+        store_tile_chunk<Tile>(v, token(tid, i) + parity, chunk(tid, i), x);
+      }
+    }
+  }
+};
+
+// The general path of one role: staged rows [0, rows) of the keys into k.
+template <class Tile, class Q, int NT>
+KVQ_DEVICE void decode_key_rows(const uint8_t* raw, int rows, uint8_t* k, unsigned tid) {
+  constexpr int D = Tile::D, SP = Tile::SP, CH = Tile::chunks;
+  if constexpr (Q::kind == QuantKind::kAsym) {
+    // A thread keeps one channel chunk (NT is a multiple of D / 8) and walks rows NT / (D / 8)
+    // apart, converting its chunk's parameters once per key group instead of once per row.
+    static_assert(NT % CH == 0, "a thread keeps one channel chunk of the keys");
+    const int c = int(tid % unsigned(CH));
+    KeyChunkParams par;
+    int par_id = -1;  // staged page x SP + first token of the key group whose parameters par holds
+    for (int r = int(tid / unsigned(CH)); r < rows; r += NT / CH) {  // r >= 0: its divisions are shifts
+      const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
+      const int t = int(unsigned(r) % SP), id = (r - t) + int(unsigned(t) / Q::group) * Q::group;
+      if (id != par_id) {
+        par = key_chunk_params<Q, D>(page + Tile::kp, t, 8 * c);
+        par_id = id;
+      }
+      float x[kDecodeChunk];
+      decode_key_chunk<Q, D>(page + Tile::kc, t, 8 * c, par, x);
+      store_tile_chunk<Tile>(k, r, c, x);
+    }
+  } else {
+    decode_tile_rows<Tile, Q, Role::kKey, NT>(raw, rows, Tile::kc, Tile::kp, k, tid);
+  }
+}
+
+// The general path of one role: staged rows [0, rows) of the values into v.
+template <class Tile, class Q, int NT>
+KVQ_DEVICE void decode_value_rows(const uint8_t* raw, int rows, uint8_t* v, unsigned tid) {
+  constexpr int D = Tile::D, SP = Tile::SP, CH = Tile::chunks;
+  if constexpr (Q::kind == QuantKind::kAsym) {
+    // A thread decodes one channel chunk of a token pair: both tokens' codes are in the same
+    // words (packing.hpp), loaded once. Rows are even from every staged page's start (SP even).
+    for (unsigned idx = tid; idx < unsigned((rows + 1) / 2 * CH); idx += NT) {
+      const int r = 2 * int(idx / CH), c = int(idx % CH), t = int(unsigned(r) % SP);
+      const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
+      const uint32_t* words =
+          reinterpret_cast<const uint32_t*>(page + Tile::vc) + code_slot<Q::bits, D>(Role::kValue, t, 8 * c).word;
+      float x[kDecodeChunk];
+      decode_value_chunk<Q, D, SP>(words, page + Tile::vp, t, 0, 8 * c, x);
+      store_tile_chunk<Tile>(v, r, c, x);
+      if (r + 1 < rows) {
+        decode_value_chunk<Q, D, SP>(words, page + Tile::vp, t + 1, 1, 8 * c, x);
+        store_tile_chunk<Tile>(v, r + 1, c, x);
+      }
+    }
+  } else {
+    decode_tile_rows<Tile, Q, Role::kValue, NT>(raw, rows, Tile::vc, Tile::vp, v, tid);
+  }
+}
+
 // Dequantizes the record tokens of tile [t0, t0 + BN) of the quantized roles from raw into k / v,
-// with NT threads (this one is `tid` of them). INT2 / INT4 keys: a thread keeps one channel chunk (NT is a multiple
-// of D / 8) and walks rows NT / (D / 8) apart, converting its chunk's parameters once per key
-// group instead of once per row; INT2 / INT4 values: an item is one channel chunk of a token
-// pair; INT8 roles: 8 channels of one row.
+// with NT threads (this one is `tid` of them): a full tile by the fast path where the role fits it,
+// else by the general path (INT8 roles: 8 channels of one row an item).
 template <class Cfg, int BN_, int NT>
 KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t t0, uint8_t* k, uint8_t* v, const uint8_t* raw,
                             unsigned tid) {
   using Tile = KvTile<Cfg, BN_>;
   using KQ = typename Cfg::k_quant;
   using VQ = typename Cfg::v_quant;
-  constexpr int D = Cfg::head_dim, BN = Tile::BN, SP = Tile::SP, CH = Tile::chunks;
-  static_assert(SP % 2 == 0, "staged pages hold whole token pairs");
+  constexpr int BN = Tile::BN;
+  static_assert(Tile::SP % 2 == 0, "staged pages hold whole token pairs");
   if constexpr (Tile::k_staged || Tile::v_staged) {
     const int64_t rows64 = src.rec_end - t0;
     const int rows = rows64 <= 0 ? 0 : rows64 >= BN ? BN : int(rows64);
-    if constexpr (Tile::k_staged && KQ::kind == QuantKind::kAsym) {
-      static_assert(NT % CH == 0, "a thread keeps one channel chunk of the keys");
-      const int c = int(tid % unsigned(CH));
-      KeyChunkParams par;
-      int par_id = -1;  // staged page x SP + first token of the key group whose parameters par holds
-      for (int r = int(tid / unsigned(CH)); r < rows; r += NT / CH) {  // r >= 0: its divisions are shifts
-        const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
-        const int t = int(unsigned(r) % SP), id = (r - t) + int(unsigned(t) / KQ::group) * KQ::group;
-        if (id != par_id) {
-          par = key_chunk_params<KQ, D>(page + Tile::kp, t, 8 * c);
-          par_id = id;
-        }
-        float x[kDecodeChunk];
-        decode_key_chunk<KQ, D>(page + Tile::kc, t, 8 * c, par, x);
-        store_tile_chunk<Tile>(k, r, c, x);
+    using FK = FullTileKeys<Tile, KQ, NT>;
+    using FV = FullTileValues<Tile, VQ, NT>;
+    if constexpr (FK::fits || FV::fits) {
+      if (rows == BN) {
+        FK fk;
+        FV fv;
+        if constexpr (FK::fits) fk.load(raw, tid);
+        if constexpr (FV::fits) fv.load(raw, tid);
+        if constexpr (FK::fits) fk.store(k);
+        else if constexpr (Tile::k_staged) decode_key_rows<Tile, KQ, NT>(raw, rows, k, tid);
+        if constexpr (FV::fits) fv.store(v, tid);
+        else if constexpr (Tile::v_staged) decode_value_rows<Tile, VQ, NT>(raw, rows, v, tid);
+        return;
       }
-    } else if constexpr (Tile::k_staged) {
-      decode_tile_rows<Tile, KQ, Role::kKey, NT>(raw, rows, Tile::kc, Tile::kp, k, tid);
     }
-    if constexpr (Tile::v_staged && VQ::kind == QuantKind::kAsym) {
-      // A thread decodes one channel chunk of a token pair: both tokens' codes are in the same
-      // words (packing.hpp), loaded once. Rows are even from every staged page's start (SP even).
-      for (unsigned idx = tid; idx < unsigned((rows + 1) / 2 * CH); idx += NT) {
-        const int r = 2 * int(idx / CH), c = int(idx % CH), t = int(unsigned(r) % SP);
-        const uint8_t* page = raw + size_t(unsigned(r) / SP) * Tile::page_bytes;
-        const uint32_t* words =
-            reinterpret_cast<const uint32_t*>(page + Tile::vc) + code_slot<VQ::bits, D>(Role::kValue, t, 8 * c).word;
-        float x[kDecodeChunk];
-        decode_value_chunk<VQ, D, SP>(words, page + Tile::vp, t, 0, 8 * c, x);
-        store_tile_chunk<Tile>(v, r, c, x);
-        if (r + 1 < rows) {
-          decode_value_chunk<VQ, D, SP>(words, page + Tile::vp, t + 1, 1, 8 * c, x);
-          store_tile_chunk<Tile>(v, r + 1, c, x);
-        }
-      }
-    } else if constexpr (Tile::v_staged) {
-      decode_tile_rows<Tile, VQ, Role::kValue, NT>(raw, rows, Tile::vc, Tile::vp, v, tid);
-    }
+    if constexpr (Tile::k_staged) decode_key_rows<Tile, KQ, NT>(raw, rows, k, tid);
+    if constexpr (Tile::v_staged) decode_value_rows<Tile, VQ, NT>(raw, rows, v, tid);
   }
 }
 

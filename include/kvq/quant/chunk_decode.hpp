@@ -63,12 +63,18 @@ KVQ_HD KeyChunkParams key_chunk_params(const uint8_t* params, int t, int c0) {
   return p;
 }
 
+// Keys of a chunk from its word (key_chunk_word, already loaded) and its group's converted
+// parameters (the values decode_chunk gives).
+template <class Q>
+KVQ_HD void decode_key_word(uint32_t w, const KeyChunkParams& p, float (&out)[kDecodeChunk]) {
+  KVQ_UNROLL
+  for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(key_chunk_code<Q>(w, e), p.zero[e], p.scale[e]);
+}
+
 // Keys (t, c0 .. c0 + 7) with their group's converted parameters (the values decode_chunk gives).
 template <class Q, int D>
 KVQ_HD void decode_key_chunk(const uint8_t* codes, int t, int c0, const KeyChunkParams& p, float (&out)[kDecodeChunk]) {
-  const uint32_t w = key_chunk_word<Q, D>(codes, t, c0);
-  KVQ_UNROLL
-  for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(key_chunk_code<Q>(w, e), p.zero[e], p.scale[e]);
+  decode_key_word<Q>(key_chunk_word<Q, D>(codes, t, c0), p, out);
 }
 
 // Values of INT2 / INT4 sections: a token pair's word holds n/2 channels (n = 32 / bits); channel
@@ -88,16 +94,31 @@ KVQ_HD AsymParams value_element_params(const uint8_t* params, int t, int c0, int
   return Q::group % kDecodeChunk == 0 ? whole : asym_params_at<Q, Role::kValue, D, P>(params, t, c0 + e);
 }
 
+// Values of the token of parity `parity` of a chunk's token pair, from the pair's words (already
+// loaded) and the stored parameters `par` of the one value group that covers the chunk
+// (Q::group a multiple of 8; asym_params_at(t, c0)): the values decode_chunk gives.
+template <class Q>
+KVQ_HD void decode_value_words(const uint32_t* pair_words, int parity, const AsymParams& par, float (&out)[kDecodeChunk]) {
+  static_assert(Q::group % kDecodeChunk == 0, "one value group covers the chunk");
+  const float zero = f16_bits_to_f32(par.zero), scale = f16_bits_to_f32(par.scale);
+  KVQ_UNROLL
+  for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(value_chunk_code<Q>(pair_words, e, parity), zero, scale);
+}
+
 // Values (t, c0 .. c0 + 7) given the pair's words and t's parity: a caller decoding both tokens of
 // a pair (the prefill tile loader) loads their words once (the values decode_chunk gives).
 template <class Q, int D, int P>
 KVQ_HD void decode_value_chunk(const uint32_t* pair_words, const uint8_t* params, int t, int parity, int c0,
                                float (&out)[kDecodeChunk]) {
   const AsymParams whole = asym_params_at<Q, Role::kValue, D, P>(params, t, c0);
-  KVQ_UNROLL
-  for (int e = 0; e < kDecodeChunk; ++e) {
-    const AsymParams par = value_element_params<Q, D, P>(params, t, c0, e, whole);
-    out[e] = asym_decode(value_chunk_code<Q>(pair_words, e, parity), f16_bits_to_f32(par.zero), f16_bits_to_f32(par.scale));
+  if constexpr (Q::group % kDecodeChunk == 0) {
+    decode_value_words<Q>(pair_words, parity, whole, out);
+  } else {
+    KVQ_UNROLL
+    for (int e = 0; e < kDecodeChunk; ++e) {
+      const AsymParams par = value_element_params<Q, D, P>(params, t, c0, e, whole);
+      out[e] = asym_decode(value_chunk_code<Q>(pair_words, e, parity), f16_bits_to_f32(par.zero), f16_bits_to_f32(par.scale));
+    }
   }
 }
 
