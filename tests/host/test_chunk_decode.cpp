@@ -1,6 +1,6 @@
-// decode_record_chunk (8 channels at once, used by the dequantize kernel) equals
-// decode_record_element (the reference's per-element decode) bit for bit, on every format and on
-// group sizes smaller than the chunk.
+// decode_record_chunk (8 channels at once, used by the dequantize kernel) and the prefill tile
+// loader's chunk decodes equal decode_record_element (the reference's per-element decode) bit for
+// bit, on every format and on group sizes smaller than the chunk.
 #include <doctest/doctest.h>
 
 #include <kvq/quant/chunk_decode.hpp>
@@ -12,6 +12,44 @@
 #include "test_util.hpp"
 
 namespace {
+
+// The prefill tile loader's pieces (kv_tile.cuh): keys from a loaded word and parameters converted
+// once per key group (decode_key_chunk / decode_key_word), values from a token pair's loaded words
+// (decode_value_chunk, and decode_value_words where one value group covers the chunk).
+template <class Cfg>
+void check_tile_loader_pieces(const uint8_t* record) {
+  using KQ = typename Cfg::k_quant;
+  using VQ = typename Cfg::v_quant;
+  constexpr int D = Cfg::head_dim, P = Cfg::page;
+  constexpr kvq::RecordOffsets o = Cfg::record;
+  size_t mismatches = 0, checked = 0;
+  auto same = [&](float a, float b) {
+    mismatches += std::memcmp(&a, &b, 4) != 0;
+    ++checked;
+  };
+  for (int t = 0; t < P; ++t)
+    for (int c0 = 0; c0 < D; c0 += kvq::kDecodeChunk) {
+      float x[kvq::kDecodeChunk];
+      if constexpr (KQ::kind == kvq::QuantKind::kAsym) {
+        const kvq::KeyChunkParams par = kvq::key_chunk_params<KQ, D>(record + o.k_params, t, c0);
+        kvq::decode_key_chunk<KQ, D>(record + o.k_codes, t, c0, par, x);
+        for (int e = 0; e < kvq::kDecodeChunk; ++e) same(x[e], kvq::decode_record_element<Cfg, kvq::Role::kKey>(record, t, c0 + e));
+      }
+      if constexpr (VQ::kind == kvq::QuantKind::kAsym) {
+        const uint32_t* words = reinterpret_cast<const uint32_t*>(record + o.v_codes) +
+                                kvq::code_slot<VQ::bits, D>(kvq::Role::kValue, t & ~1, c0).word;
+        kvq::decode_value_chunk<VQ, D, P>(words, record + o.v_params, t, t & 1, c0, x);
+        for (int e = 0; e < kvq::kDecodeChunk; ++e) same(x[e], kvq::decode_record_element<Cfg, kvq::Role::kValue>(record, t, c0 + e));
+        if constexpr (VQ::group % kvq::kDecodeChunk == 0) {
+          const kvq::AsymParams par = kvq::asym_params_at<VQ, kvq::Role::kValue, D, P>(record + o.v_params, t, c0);
+          kvq::decode_value_words<VQ>(words, t & 1, par, x);
+          for (int e = 0; e < kvq::kDecodeChunk; ++e) same(x[e], kvq::decode_record_element<Cfg, kvq::Role::kValue>(record, t, c0 + e));
+        }
+      }
+    }
+  CHECK(checked > 0);
+  CHECK(mismatches == 0);
+}
 
 template <class Cfg>
 void check_chunks(uint64_t seed) {
@@ -41,6 +79,8 @@ void check_chunks(uint64_t seed) {
       }
     }
   CHECK(mismatches == 0);
+  if constexpr (Cfg::k_quant::kind == kvq::QuantKind::kAsym || Cfg::v_quant::kind == kvq::QuantKind::kAsym)
+    check_tile_loader_pieces<Cfg>(record.data());
 }
 
 }  // namespace
