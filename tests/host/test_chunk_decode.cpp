@@ -15,7 +15,8 @@ namespace {
 
 // The prefill tile loader's pieces (kv_tile.cuh): keys from a loaded word and parameters converted
 // once per key group (decode_key_chunk / decode_key_word), values from a token pair's loaded words
-// (decode_value_chunk, and decode_value_words where one value group covers the chunk).
+// (decode_value_chunk, and decode_value_words where one value group covers the chunk), INT8 rows from
+// their 8 code bytes as two words (decode_int8_words).
 template <class Cfg>
 void check_tile_loader_pieces(const uint8_t* record) {
   using KQ = typename Cfg::k_quant;
@@ -34,6 +35,18 @@ void check_tile_loader_pieces(const uint8_t* record) {
         const kvq::KeyChunkParams par = kvq::key_chunk_params<KQ, D>(record + o.k_params, t, c0);
         kvq::decode_key_chunk<KQ, D>(record + o.k_codes, t, c0, par, x);
         for (int e = 0; e < kvq::kDecodeChunk; ++e) same(x[e], kvq::decode_record_element<Cfg, kvq::Role::kKey>(record, t, c0 + e));
+      }
+      if constexpr (KQ::kind == kvq::QuantKind::kInt8) {
+        uint32_t w[2];
+        std::memcpy(w, record + o.k_codes + size_t(t) * D + c0, 8);
+        kvq::decode_int8_words(w[0], w[1], reinterpret_cast<const float*>(record + o.k_params)[t], x);
+        for (int e = 0; e < kvq::kDecodeChunk; ++e) same(x[e], kvq::decode_record_element<Cfg, kvq::Role::kKey>(record, t, c0 + e));
+      }
+      if constexpr (VQ::kind == kvq::QuantKind::kInt8) {
+        uint32_t w[2];
+        std::memcpy(w, record + o.v_codes + size_t(t) * D + c0, 8);
+        kvq::decode_int8_words(w[0], w[1], reinterpret_cast<const float*>(record + o.v_params)[t], x);
+        for (int e = 0; e < kvq::kDecodeChunk; ++e) same(x[e], kvq::decode_record_element<Cfg, kvq::Role::kValue>(record, t, c0 + e));
       }
       if constexpr (VQ::kind == kvq::QuantKind::kAsym) {
         const uint32_t* words = reinterpret_cast<const uint32_t*>(record + o.v_codes) +
@@ -79,7 +92,7 @@ void check_chunks(uint64_t seed) {
       }
     }
   CHECK(mismatches == 0);
-  if constexpr (Cfg::k_quant::kind == kvq::QuantKind::kAsym || Cfg::v_quant::kind == kvq::QuantKind::kAsym)
+  if constexpr (Cfg::k_quant::kind != kvq::QuantKind::kNone || Cfg::v_quant::kind != kvq::QuantKind::kNone)
     check_tile_loader_pieces<Cfg>(record.data());
 }
 

@@ -122,6 +122,14 @@ KVQ_HD void decode_value_chunk(const uint32_t* pair_words, const uint8_t* params
   }
 }
 
+// INT8 channels c0 .. c0 + 7 of one row from their 8 code bytes as two words (little-endian:
+// channel c0 in the low byte of lo) and the row's scale (the values decode_chunk gives).
+KVQ_HD void decode_int8_words(uint32_t lo, uint32_t hi, float scale, float (&out)[kDecodeChunk]) {
+  KVQ_UNROLL
+  for (int e = 0; e < kDecodeChunk; ++e)
+    out[e] = int8_decode(static_cast<int8_t>(static_cast<uint8_t>((e < 4 ? lo : hi) >> (8 * (e % 4)))), scale);
+}
+
 // out[e] = value of (token t, channel c0 + e) of a section, e < 8, in fp32.
 template <class Q, Role R, int D, int P, class T>
 KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int c0, float (&out)[kDecodeChunk]) {
