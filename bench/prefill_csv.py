@@ -6,8 +6,9 @@ usage: bench/prefill_csv.py RUN.json [RUN2.json ...] --csv OUT.csv [--sdpa SDPA.
 Medians only; "prefill/" entries (the library's default kernel) go to the CSV, "prefill_alt/"
 (the mma.sync kernel where the default is wgmma, else the other CTA height) and "prefill_wother/"
 (the wgmma kernel with the K/V tile it does not default to; "prefill_w64/" in runs before v5),
-"prefill_ws/" (the warp-specialized kernel) and "prefill_wgmma/" (the wgmma kernel where the
-default is the warp-specialized one) entries only to the table. tflops: the issue's count
+"prefill_ws/" (the warp-specialized kernel), "prefill_ws64/" (it with 64-token tiles where the
+default tile is 128) and "prefill_wgmma/" (the wgmma kernel where the default is the
+warp-specialized one) entries only to the table. tflops: the issue's count
 4 chunk prefix D Hq + 2 chunk^2 D Hq over the time; ratio_vs_none: time(none) / time(format)."""
 import argparse
 import csv
@@ -64,7 +65,7 @@ with open(args.csv, "w", newline="") as f:
                     f"{r['tflops']:.1f}", f"{none[key] / r['time_us']:.3f}" if key in none else "", args.gpu,
                     args.commit, date])
 order = ["none", "int8", "int4", "int2", "k4v2"]
-others = ["prefill_wother", "prefill_w64", "prefill_wgmma", "prefill_ws", "prefill_alt"]
+others = ["prefill_wother", "prefill_w64", "prefill_wgmma", "prefill_ws", "prefill_ws64", "prefill_alt"]
 present = [k for k in others if any(r["kind"] == k for r in rows)]
 by = {(r["kind"], r["format"], r["chunk"], r["prefix"]): r for r in rows}
 print("| format | chunk | prefix | kernel | time (us) | TFLOP/s | vs none | " + " | ".join(k.removeprefix("prefill_") + ": TFLOP/s" for k in present) + " | SDPA bf16 (us, TFLOP/s) |")

@@ -15,8 +15,9 @@ namespace {
 
 // The prefill tile loader's pieces (kv_tile.cuh): keys from a loaded word and parameters converted
 // once per key group (decode_key_chunk / decode_key_word), values from a token pair's loaded words
-// (decode_value_chunk, and decode_value_words where one value group covers the chunk), INT8 rows from
-// their 8 code bytes as two words (decode_int8_words).
+// (decode_value_chunk, and decode_value_words where one value group covers the chunk), the same with
+// the codes read as fp16 subnormals (decode_key_word_subnormal, decode_value_pair_subnormal), INT8
+// rows from their 8 code bytes as two words (decode_int8_words).
 template <class Cfg>
 void check_tile_loader_pieces(const uint8_t* record) {
   using KQ = typename Cfg::k_quant;
@@ -34,6 +35,9 @@ void check_tile_loader_pieces(const uint8_t* record) {
       if constexpr (KQ::kind == kvq::QuantKind::kAsym) {
         const kvq::KeyChunkParams par = kvq::key_chunk_params<KQ, D>(record + o.k_params, t, c0);
         kvq::decode_key_chunk<KQ, D>(record + o.k_codes, t, c0, par, x);
+        for (int e = 0; e < kvq::kDecodeChunk; ++e) same(x[e], kvq::decode_record_element<Cfg, kvq::Role::kKey>(record, t, c0 + e));
+        kvq::decode_key_word_subnormal<KQ>(kvq::key_chunk_word<KQ, D>(record + o.k_codes, t, c0),
+                                           kvq::subnormal_key_params<KQ>(par), x);
         for (int e = 0; e < kvq::kDecodeChunk; ++e) same(x[e], kvq::decode_record_element<Cfg, kvq::Role::kKey>(record, t, c0 + e));
       }
       if constexpr (KQ::kind == kvq::QuantKind::kInt8) {
@@ -57,6 +61,14 @@ void check_tile_loader_pieces(const uint8_t* record) {
           const kvq::AsymParams par = kvq::asym_params_at<VQ, kvq::Role::kValue, D, P>(record + o.v_params, t, c0);
           kvq::decode_value_words<VQ>(words, t & 1, par, x);
           for (int e = 0; e < kvq::kDecodeChunk; ++e) same(x[e], kvq::decode_record_element<Cfg, kvq::Role::kValue>(record, t, c0 + e));
+          if (t % 2 == 0) {
+            float y[2][kvq::kDecodeChunk];
+            kvq::decode_value_pair_subnormal<VQ>(
+                words, par, kvq::asym_params_at<VQ, kvq::Role::kValue, D, P>(record + o.v_params, t + 1, c0), y);
+            for (int p = 0; p < 2; ++p)
+              for (int e = 0; e < kvq::kDecodeChunk; ++e)
+                same(y[p][e], kvq::decode_record_element<Cfg, kvq::Role::kValue>(record, t + p, c0 + e));
+          }
         }
       }
     }
@@ -105,4 +117,5 @@ TEST_CASE("chunk decode: 8 channels at once equal the per-element decode bit for
   check_chunks<kvq::CacheConfig<kvq::fp16, 128, 64, kvq::NoQuant, kvq::NoQuant>>(4);
   check_chunks<kvq::CacheConfig<kvq::bf16, 64, 16, kvq::Int4<16>, kvq::Int2<4>>>(5);  // value groups < 8
   check_chunks<kvq::CacheConfig<kvq::bf16, 256, 128, kvq::Int4<32>, kvq::Int4<32>>>(6);
+  check_chunks<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<8>, kvq::Int4<16>>>(7);
 }

@@ -262,8 +262,10 @@ KVQ_DEVICE void decode_tile_rows(const uint8_t* raw, int rows, size_t codes, siz
 // dequantized by the fast path below when a thread's share fits it: all the thread's shared loads
 // of both roles issue before its first store (a st.shared between items keeps the compiler from
 // hoisting the next item's ld.shared, as it cannot tell the raw slot from the stage), trip counts
-// are fixed, and keys convert their parameters once per thread. The values are those of the
-// general path, bit for bit (the same decode_key_word / decode_value_words / decode_int8_words).
+// are fixed, and keys convert their parameters once per thread. INT2 / INT4 codes are read as fp16
+// subnormals (subnormal_code.hpp: one AND for the codes of two elements, one conversion each, no
+// I2F). The values are those of the general path, bit for bit (decode_key_word_subnormal,
+// decode_value_pair_subnormal, decode_int8_words: host-tested against the element decode).
 // FullTile<Tile, Q, Role, NT> names a role's fast path (fits: whether it serves this tile shape).
 //   keys:   thread tid takes channel chunk tid % (D/8) of `rows` consecutive rows from
 //           (tid / (D/8)) x rows on, all in one key group (Q::group a multiple of `rows`);
@@ -287,10 +289,11 @@ struct FullTileKeys {
   }
   KVQ_DEVICE void store(uint8_t* k, unsigned) const {
     const TileRun run = TileRun::of<Tile>(k, r0, c);  // r0 a multiple of rows, a power of two
+    const KeyChunkParams sp = subnormal_key_params<Q>(par);
     KVQ_UNROLL
     for (int i = 0; i < rows; ++i) {
       float x[kDecodeChunk];
-      decode_key_word<Q>(w[i], par, x);
+      decode_key_word_subnormal<Q>(w[i], sp, x);
       store_chunk<typename Tile::T>(run.at(i), x);
     }
   }
@@ -324,12 +327,10 @@ struct FullTileValues {
     const TileRun run = TileRun::of<Tile>(v, token(tid, 0), chunk(tid, 0));
     KVQ_UNROLL
     for (int i = 0; i < items; ++i) {
+      float x[2][kDecodeChunk];
+      decode_value_pair_subnormal<Q>(w[i], par[i][0], par[i][1], x);
       KVQ_UNROLL
-      for (int parity = 0; parity < 2; ++parity) {
-        float x[kDecodeChunk];
-        decode_value_words<Q>(w[i], parity, par[i][parity], x);
-        store_chunk<typename Tile::T>(run.at(2 * i * NT / CH + parity), x);
-      }
+      for (int parity = 0; parity < 2; ++parity) store_chunk<typename Tile::T>(run.at(2 * i * NT / CH + parity), x[parity]);
     }
   }
 };

@@ -11,6 +11,7 @@
 
 #include "kvq/cache/config.hpp"
 #include "kvq/quant/element_decode.hpp"
+#include "kvq/quant/subnormal_code.hpp"
 
 KVQ_NAMESPACE_BEGIN
 
@@ -71,6 +72,28 @@ KVQ_HD void decode_key_word(uint32_t w, const KeyChunkParams& p, float (&out)[kD
   for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(key_chunk_code<Q>(w, e), p.zero[e], p.scale[e]);
 }
 
+// Key parameters for decode_key_word_subnormal: the scales times 2^(24 - q) of each element's bit.
+template <class Q>
+KVQ_HD KeyChunkParams subnormal_key_params(const KeyChunkParams& p) {
+  KeyChunkParams s = p;
+  KVQ_UNROLL
+  for (int e = 0; e < kDecodeChunk; ++e) s.scale[e] = p.scale[e] * detail::subnormal_code_unit<Q::bits>(Q::bits * (e >> 1));
+  return s;
+}
+
+// decode_key_word with the codes read as fp16 subnormals (subnormal_code.hpp): element e of a chunk
+// sits at bit bits x (e / 2) of half e % 2 (packing.hpp), so one AND serves a pair; `sp` from
+// subnormal_key_params. The same values, bit for bit.
+template <class Q>
+KVQ_HD void decode_key_word_subnormal(uint32_t w, const KeyChunkParams& sp, float (&out)[kDecodeChunk]) {
+  KVQ_UNROLL
+  for (int e = 0; e < kDecodeChunk; e += 2) {
+    const uint32_t pair = detail::subnormal_code_pair<Q::bits>(w, Q::bits * (e >> 1));
+    out[e] = fmaf(detail::half_low_f32(pair), sp.scale[e], sp.zero[e]);
+    out[e + 1] = fmaf(detail::half_high_f32(pair), sp.scale[e + 1], sp.zero[e + 1]);
+  }
+}
+
 // Keys (t, c0 .. c0 + 7) with their group's converted parameters (the values decode_chunk gives).
 template <class Q, int D>
 KVQ_HD void decode_key_chunk(const uint8_t* codes, int t, int c0, const KeyChunkParams& p, float (&out)[kDecodeChunk]) {
@@ -103,6 +126,27 @@ KVQ_HD void decode_value_words(const uint32_t* pair_words, int parity, const Asy
   const float zero = f16_bits_to_f32(par.zero), scale = f16_bits_to_f32(par.scale);
   KVQ_UNROLL
   for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(value_chunk_code<Q>(pair_words, e, parity), zero, scale);
+}
+
+// Both tokens of a chunk's token pair (out[0]: the even token, out[1]: the odd) with the codes read as
+// fp16 subnormals: channel e's codes of the two tokens sit at the same bit of the two halves of
+// word e / (n/2) (packing.hpp), one AND for both; one value group covers the chunk. The values
+// decode_value_words gives, bit for bit.
+template <class Q>
+KVQ_HD void decode_value_pair_subnormal(const uint32_t* pair_words, const AsymParams& even, const AsymParams& odd,
+                                        float (&out)[2][kDecodeChunk]) {
+  static_assert(Q::group % kDecodeChunk == 0, "one value group covers the chunk");
+  constexpr int half = 32 / Q::bits / 2;
+  const float z0 = f16_bits_to_f32(even.zero), s0 = f16_bits_to_f32(even.scale);
+  const float z1 = f16_bits_to_f32(odd.zero), s1 = f16_bits_to_f32(odd.scale);
+  KVQ_UNROLL
+  for (int e = 0; e < kDecodeChunk; ++e) {
+    const int p = Q::bits * (e % half);
+    const uint32_t pair = detail::subnormal_code_pair<Q::bits>(pair_words[e / half], p);
+    const float unit = detail::subnormal_code_unit<Q::bits>(p);
+    out[0][e] = fmaf(detail::half_low_f32(pair), s0 * unit, z0);
+    out[1][e] = fmaf(detail::half_high_f32(pair), s1 * unit, z1);
+  }
 }
 
 // Values (t, c0 .. c0 + 7) given the pair's words and t's parity: a caller decoding both tokens of
