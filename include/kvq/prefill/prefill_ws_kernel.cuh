@@ -158,6 +158,17 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       const int64_t t0 = int64_t(j) * BN;
       if (!Tile::issues_raw_only(t0, src.rec_end)) release_wait(j);
       if (staged && j >= S) mbarrier_wait(&raw_free[j % S], uint32_t((j / S - 1) & 1));  // tile j - S is done with the slot
+      if (Tile::bulk_copyable(t0, src.rec_end, src.kv_end)) {
+        // The common tile: one thread (lane 0 of warp j % 8, in turn) copies the page's runs in bulk;
+        // the other producer threads only arrive. Its handover to the consumers follows its decode.
+        if (tid == 32u * unsigned(j % (kPrefillWsProducers / 32))) {
+          mbarrier_arrive_expect_tx(&raw_full[j % S], uint32_t(Tile::page_bytes));
+          issue_tile_bulk<Cfg, BN>(src, t0, page_ids[j % PR], raw(j), &raw_full[j % S]);
+        } else {
+          mbarrier_arrive(&raw_full[j % S]);
+        }
+        return;
+      }
       issue_tile<Cfg, BN, kPrefillWsProducers>(src, t0, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
       cp_async_mbarrier_arrive(&full[j % S]);
       if (staged) cp_async_mbarrier_arrive_noinc(&raw_full[j % S]);
