@@ -63,6 +63,17 @@ KVQ_DEVICE void cp_async_mbarrier_arrive(uint64_t* bar) {
 #endif
 }
 
+// One arrival of this thread on `bar`, made when every cp.async it issued so far has completed
+// (counts toward the barrier's expected arrivals, unlike cp_async_mbarrier_arrive). A barrier fed
+// only this way completes its phase when all its threads' copies have landed.
+KVQ_DEVICE void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+#if KVQ_MBARRIER_DEVICE
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(mbarrier_address(bar)) : "memory");
+#else
+  (void)bar;
+#endif
+}
+
 // Returns once the phase of parity `parity` has completed.
 KVQ_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #if KVQ_MBARRIER_DEVICE

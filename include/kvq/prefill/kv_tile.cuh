@@ -30,6 +30,7 @@
 #include "kvq/attention/token_source.hpp"
 #include "kvq/cache/append_plan.hpp"
 #include "kvq/cache/config.hpp"
+#include "kvq/numeric/bulk_copy.cuh"
 #include "kvq/numeric/mma.cuh"
 #include "kvq/numeric/wgmma.cuh"
 #include "kvq/quant/chunk_decode.hpp"
@@ -81,22 +82,44 @@ struct KvTile {
   // True when decode_tile has rows to dequantize in tile [t0, t0 + BN) (record tokens of a quantized role).
   KVQ_DEVICE static bool decodes(int64_t t0, int64_t rec_end) { return (k_staged || v_staged) && t0 < rec_end; }
 
+  // The contiguous runs of the staged page whose first token is `off` tokens into a record: run i
+  // (i < kRuns) is `bytes` bytes from record offset `src` to page offset `dst` (codes of K, params of
+  // K, codes of V, then V's params: one run for INT8, scales and zeros for INT2 / INT4). Runs of a
+  // role that is not staged are empty.
+  struct StagedRun {
+    size_t src, dst, bytes;
+  };
+  static constexpr int kRuns = 5;
+  KVQ_DEVICE static StagedRun staged_run(int i, int off) {
+    constexpr RecordOffsets o = Cfg::record;
+    if (i == 0) return StagedRun{o.k_codes + size_t(off) * D * KQ::bits / 8, kc, kc_bytes};
+    if (i == 1) {
+      if constexpr (KQ::kind == QuantKind::kAsym) return StagedRun{o.k_params + size_t(off / KQ::group) * D * 4, kp, kp_bytes};
+      else return StagedRun{o.k_params + size_t(off) * 4, kp, kp_bytes};
+    }
+    if (i == 2) return StagedRun{o.v_codes + size_t(off) * D * VQ::bits / 8, vc, vc_bytes};
+    if constexpr (VQ::kind == QuantKind::kAsym) {
+      constexpr size_t groups = D / VQ::group, half = size_t(SP) * groups * 2;
+      return i == 3 ? StagedRun{o.v_params + size_t(off) * groups * 2, vp, half}
+                    : StagedRun{o.v_params + size_t(P) * groups * 2 + size_t(off) * groups * 2, vp + half, half};
+    } else {
+      return i == 3 ? StagedRun{o.v_params + size_t(off) * 4, vp, vp_bytes} : StagedRun{0, page_bytes, 0};
+    }
+  }
   // Source of byte `at` of the staged page whose first token is `off` tokens into `record`.
   KVQ_DEVICE static const uint8_t* staged_source(const uint8_t* record, int off, size_t at) {
-    constexpr RecordOffsets o = Cfg::record;
-    if (at < kp) return record + o.k_codes + size_t(off) * D * KQ::bits / 8 + at;
-    if (at < vc) {
-      if constexpr (KQ::kind == QuantKind::kInt8) return record + o.k_params + size_t(off) * 4 + (at - kp);
-      else return record + o.k_params + size_t(off / KQ::group) * D * 4 + (at - kp);
+    KVQ_UNROLL
+    for (int i = 0; i < kRuns - 1; ++i) {
+      const StagedRun r = staged_run(i, off);
+      if (at < r.dst + r.bytes) return record + r.src + (at - r.dst);
     }
-    if (at < vp) return record + o.v_codes + size_t(off) * D * VQ::bits / 8 + (at - vc);
-    if constexpr (VQ::kind == QuantKind::kInt8) {
-      return record + o.v_params + size_t(off) * 4 + (at - vp);
-    } else {
-      constexpr size_t groups = VQ::kind == QuantKind::kNone ? 1 : D / VQ::group, half = size_t(SP) * groups * 2;
-      const size_t x = at - vp;
-      return record + o.v_params + (x < half ? 0 : size_t(P) * groups * 2) + size_t(off) * groups * 2 + (x % half);
-    }
+    const StagedRun r = staged_run(kRuns - 1, off);
+    return record + r.src + (at - r.dst);
+  }
+  // True when tile [t0, t0 + BN) is one staged page of a single record of two quantized roles
+  // (pages of at least BN tokens, every token a record token below kv_end): issue_tile_bulk's tile.
+  KVQ_DEVICE static bool bulk_copyable(int64_t t0, int64_t rec_end, int64_t kv_end) {
+    return P >= BN && k_staged && v_staged && t0 + BN <= rec_end && t0 + BN <= kv_end;
   }
 };
 
@@ -216,6 +239,21 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
     else
       row = source_row(src.v, is_v ? src.v.hot_v : src.v.hot_k, is_v ? src.new_v : src.new_k, src.seq, t, src.h, D, P);
     cp_async16(dst, row + 8 * c);
+  }
+}
+
+// The raw bytes of a bulk_copyable tile [t0, t0 + BN) by one thread: a bulk copy per run of its
+// staged page, completing on `bar` (the caller announced Tile::page_bytes on it).
+template <class Cfg, int BN_>
+KVQ_DEVICE void issue_tile_bulk(const TileSource<typename Cfg::dtype>& src, int64_t t0, const int32_t* ids, uint8_t* raw,
+                                uint64_t* bar) {
+  using Tile = KvTile<Cfg, BN_>;
+  const uint8_t* rec = src.record(t0, t0, ids, Cfg::page, Cfg::record_bytes);
+  const int off = int(t0 % Cfg::page);
+  KVQ_UNROLL
+  for (int i = 0; i < Tile::kRuns; ++i) {
+    const typename Tile::StagedRun r = Tile::staged_run(i, off);
+    if (r.bytes > 0) bulk_copy_to_shared(raw + r.dst, rec + r.src, uint32_t(r.bytes), bar);
   }
 }
 

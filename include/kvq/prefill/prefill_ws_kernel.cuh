@@ -101,6 +101,9 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
   auto kv_at = [&](int j, int role) { return L::kv_offset + size_t(2 * (j % S) + role) * Tile::rows_bytes; };
   auto raw = [&](int j) { return smem + L::raw_offset + size_t(j % S) * L::raw_slot; };
   __shared__ uint64_t full[S], empty[S];  // stage j % S holds tile j: filled / released
+  // Raw slot j % S (quantized roles): every producer thread's copies of tile j landed / every
+  // producer thread is done with tile j (its decode, and the page ids it stored for tile j + S).
+  __shared__ uint64_t raw_full[S], raw_free[S];
   constexpr int PR = S + 1;                // page-id ring: tiles j .. j + S
   __shared__ int32_t page_ids[PR][TP];    // block-table entries of tiles j .. j + S
   __shared__ SeqAttention s;
@@ -124,6 +127,10 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
   if (threadIdx.x < S) {
     mbarrier_init(&full[threadIdx.x], kPrefillWsProducers);  // every producer thread arrives
     mbarrier_init(&empty[threadIdx.x], 256);  // every consumer thread arrives
+    if (Tile::k_staged || Tile::v_staged) {
+      mbarrier_init(&raw_full[threadIdx.x], kPrefillWsProducers);  // every producer thread's copies
+      mbarrier_init(&raw_free[threadIdx.x], kPrefillWsProducers);  // every producer thread
+    }
   }
   cp_async_wait<0>();
   fence_proxy_async_shared();
@@ -139,6 +146,10 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     // Stage j % S is free once the consumers released tile j - S: copies that write the stage
     // wait for that at issue; a tile of record tokens only copies into its raw slot and waits just
     // before its decode writes the stage, so the producers dequantize up to S - 1 tiles ahead.
+    // The producers never meet at a barrier (where a role is quantized): the decode of tile j waits
+    // on raw_full[j % S] (every producer thread's copies of it landed), and the refill of a raw slot
+    // on raw_free of its previous tile (every producer thread done with it).
+    constexpr bool staged = Tile::k_staged || Tile::v_staged;
     const unsigned tid = threadIdx.x;
     auto release_wait = [&](int j) {
       if (j >= S) mbarrier_wait(&empty[j % S], uint32_t((j / S - 1) & 1));  // tile j - S released
@@ -146,8 +157,21 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     auto issue = [&](int j) {
       const int64_t t0 = int64_t(j) * BN;
       if (!Tile::issues_raw_only(t0, src.rec_end)) release_wait(j);
+      if (staged && j >= S) mbarrier_wait(&raw_free[j % S], uint32_t((j / S - 1) & 1));  // tile j - S is done with the slot
+      if (Tile::bulk_copyable(t0, src.rec_end, src.kv_end)) {
+        // The common tile: one thread (lane 0 of warp j % 8, in turn) copies the page's runs in bulk;
+        // the other producer threads only arrive. Its handover to the consumers follows its decode.
+        if (tid == 32u * unsigned(j % (kPrefillWsProducers / 32))) {
+          mbarrier_arrive_expect_tx(&raw_full[j % S], uint32_t(Tile::page_bytes));
+          issue_tile_bulk<Cfg, BN>(src, t0, page_ids[j % PR], raw(j), &raw_full[j % S]);
+        } else {
+          mbarrier_arrive(&raw_full[j % S]);
+        }
+        return;
+      }
       issue_tile<Cfg, BN, kPrefillWsProducers>(src, t0, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
       cp_async_mbarrier_arrive(&full[j % S]);
+      if (staged) cp_async_mbarrier_arrive_noinc(&raw_full[j % S]);
       if (!Tile::decodes(t0, src.rec_end)) mbarrier_arrive(&full[j % S]);
     };
     KVQ_UNROLL
@@ -156,24 +180,31 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       cp_async_commit();
     }
     for (int j = 0; j < ntiles; ++j) {
-      // Page ids of tile j + S: loaded now, stored after this iteration's issue; the barrier of
-      // the next iteration publishes them before tile j + S is issued (one iteration later).
+      // Page ids of tile j + S: loaded now, stored before this thread's raw_free arrive for tile j
+      // (staged) or before the barrier of the next iteration (else); issue(j + S), one iteration
+      // later, waits on that arrive (or barrier), which publishes them.
       const int32_t next_id = int(tid) < TP ? src.fetch_page_id(int64_t(j + S) * BN, tid, P) : 0;
-      const bool decodes = Tile::decodes(int64_t(j) * BN, src.rec_end);  // the same for every producer thread
-      if (decodes) cp_async_wait<S - 2>();  // this thread's copies of tile j have landed
-      // Every producer thread's copies of tile j (decode reads them all), the page ids stored in
-      // the last iteration, and the end of every thread's decode of tile j - 1, whose raw slot
-      // issue(j + S - 1) refills.
-      named_barrier_sync(1, kPrefillWsProducers);
-      if (decodes) {
-        release_wait(j);  // at once when issue(j) waited already (tile j is not consumed before this arrive)
-        decode_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
-        fence_proxy_async_shared();  // this thread's writes, for the consumers' wgmma
-        mbarrier_arrive(&full[j % S]);
+      if constexpr (staged) {
+        // Every producer thread's copies of tile j (decode reads them all), also for a tile that
+        // does not decode: its slot's phases must not run ahead of its copies.
+        mbarrier_wait(&raw_full[j % S], uint32_t((j / S) & 1));
+        if (Tile::decodes(int64_t(j) * BN, src.rec_end)) {  // the same for every producer thread
+          release_wait(j);  // at once when issue(j) waited already (tile j is not consumed before this arrive)
+          decode_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
+          fence_proxy_async_shared();  // this thread's writes, for the consumers' wgmma
+          mbarrier_arrive(&full[j % S]);
+        }
+        if (int(tid) < TP) page_ids[(j + S) % PR][tid] = next_id;
+        mbarrier_arrive(&raw_free[j % S]);
+        if (j + S - 1 < ntiles) issue(j + S - 1);
+        cp_async_commit();
+      } else {
+        // Nothing to dequantize: the barrier publishes the page ids stored in the last iteration.
+        named_barrier_sync(1, kPrefillWsProducers);
+        if (j + S - 1 < ntiles) issue(j + S - 1);
+        cp_async_commit();
+        if (int(tid) < TP) page_ids[(j + S) % PR][tid] = next_id;
       }
-      if (j + S - 1 < ntiles) issue(j + S - 1);
-      cp_async_commit();
-      if (int(tid) < TP) page_ids[(j + S) % PR][tid] = next_id;
     }
   } else {
     // ---- consumers: consumer warpgroup cw takes CTA rows 64 cw .. 64 cw + 63 ----
