@@ -6,15 +6,8 @@
 //   k, v  [D / 64 panels][BN][64] of T: 128-byte rows, 16-byte chunk c of row r at chunk c ^ (r % 8)
 //         of its row (numeric/wgmma.cuh, panel_chunk): the layout wgmma reads with 128-byte
 //         swizzle descriptors, and the 8 rows an ldmatrix reads hit 8 different bank groups.
-//   raw   the quantized bytes of the tile (only for quantized roles), BN / SP staged pages of SP
-//         tokens, each laid out like a record of page SP (record_layout.hpp):
-//           kc  K codes   [SP tokens] (token-major words, packing.hpp)
-//           kp  K params  int8: scale[SP]; INT2/4: scale[D], zero[D] per key group covering the SP
-//                         tokens (a single group when the group is longer than SP)
-//           vc  V codes   [SP / 2 token pairs]
-//           vp  V params  int8: scale[SP]; INT2/4: scale[SP][D/Gv], then zero[SP][D/Gv]
-//         SP = min(P, BN): a staged page is a whole record (P <= BN) or a BN-token slice of one
-//         (P > BN), always a handful of contiguous 16-byte runs of the record.
+//   raw   the quantized bytes of the tile (only for quantized roles): BN / SP staged pages of SP
+//         tokens (staged_page.hpp, the layout and where each byte comes from in the record).
 // Filling a tile is two steps so the copy overlaps the math of the tiles before it:
 //   issue():  cp.async of the raw bytes of record tokens (quantized roles) and of the model-dtype
 //             rows (hot ring, new tokens, "none" records) straight into k / v; zeros past the end;
@@ -35,40 +28,25 @@
 #include "kvq/numeric/wgmma.cuh"
 #include "kvq/quant/chunk_decode.hpp"
 #include "kvq/prefill/plan.hpp"
+#include "kvq/prefill/staged_page.hpp"
 #include "kvq/attention/pages_valid.cuh"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
 template <class Cfg, int TileTokens>
-struct KvTile {
+struct KvTile : StagedPage<Cfg, TileTokens> {
+  using Page = StagedPage<Cfg, TileTokens>;
   using T = typename Cfg::dtype;
-  using KQ = typename Cfg::k_quant;
-  using VQ = typename Cfg::v_quant;
-  static constexpr int D = Cfg::head_dim, P = Cfg::page;
-  static constexpr int BN = TileTokens;          // tokens per tile: 32, 64 or 128 (model-dtype roles only)
+  using Page::BN;
+  using Page::D;
+  using Page::k_staged;
+  using Page::P;
+  using Page::v_staged;
   static_assert(BN == 32 || BN == 64 || BN == 128, "tiles of 32, 64 or 128 tokens");
-  static constexpr int SP = P < BN ? P : BN;     // tokens per staged page
-  static constexpr int staged_pages = BN / SP;
   static constexpr int tile_pages = P < BN ? BN / P : 1;  // pages a tile touches (tiles never straddle a page)
   static constexpr int chunks = D / 8;           // 16-byte chunks per row
-  static constexpr bool k_staged = KQ::kind != QuantKind::kNone;
-  static constexpr bool v_staged = VQ::kind != QuantKind::kNone;
   static_assert(BN < 128 || (!k_staged && !v_staged), "128-token tiles carry model-dtype rows only");
-
-  // Section sizes of a record of page SP (record_layout.hpp), except that keys keep one whole
-  // group's parameters when the key group is longer than SP. "none" roles are not staged.
-  static constexpr size_t kc_bytes = k_staged ? section_codes_bytes(KQ::desc, D, SP) : 0;
-  static constexpr size_t kp_bytes =
-      KQ::kind == QuantKind::kNone || KQ::kind == QuantKind::kInt8 || SP >= KQ::group
-          ? section_params_bytes(KQ::desc, Role::kKey, D, SP)
-          : section_params_bytes(KQ::desc, Role::kKey, D, KQ::group);
-  static constexpr size_t vc_bytes = v_staged ? section_codes_bytes(VQ::desc, D, SP) : 0;
-  static constexpr size_t vp_bytes = section_params_bytes(VQ::desc, Role::kValue, D, SP);
-  static constexpr size_t kc = 0, kp = kc_bytes, vc = kp + kp_bytes, vp = vc + vc_bytes, page_bytes = vp + vp_bytes;
-  static_assert(kc_bytes % 16 == 0 && kp_bytes % 16 == 0 && vc_bytes % 16 == 0 && vp_bytes % 16 == 0,
-                "staged sections are whole 16-byte chunks");
-  static constexpr size_t raw_bytes = page_bytes * staged_pages;
   static constexpr size_t rows_bytes = size_t(BN) * D * sizeof(T);  // k or v of one buffer
 
   KVQ_DEVICE static int swizzle(int row, int chunk) { return panel_chunk(BN, row, chunk); }
@@ -81,41 +59,6 @@ struct KvTile {
   }
   // True when decode_tile has rows to dequantize in tile [t0, t0 + BN) (record tokens of a quantized role).
   KVQ_DEVICE static bool decodes(int64_t t0, int64_t rec_end) { return (k_staged || v_staged) && t0 < rec_end; }
-
-  // The contiguous runs of the staged page whose first token is `off` tokens into a record: run i
-  // (i < kRuns) is `bytes` bytes from record offset `src` to page offset `dst` (codes of K, params of
-  // K, codes of V, then V's params: one run for INT8, scales and zeros for INT2 / INT4). Runs of a
-  // role that is not staged are empty.
-  struct StagedRun {
-    size_t src, dst, bytes;
-  };
-  static constexpr int kRuns = 5;
-  KVQ_DEVICE static StagedRun staged_run(int i, int off) {
-    constexpr RecordOffsets o = Cfg::record;
-    if (i == 0) return StagedRun{o.k_codes + size_t(off) * D * KQ::bits / 8, kc, kc_bytes};
-    if (i == 1) {
-      if constexpr (KQ::kind == QuantKind::kAsym) return StagedRun{o.k_params + size_t(off / KQ::group) * D * 4, kp, kp_bytes};
-      else return StagedRun{o.k_params + size_t(off) * 4, kp, kp_bytes};
-    }
-    if (i == 2) return StagedRun{o.v_codes + size_t(off) * D * VQ::bits / 8, vc, vc_bytes};
-    if constexpr (VQ::kind == QuantKind::kAsym) {
-      constexpr size_t groups = D / VQ::group, half = size_t(SP) * groups * 2;
-      return i == 3 ? StagedRun{o.v_params + size_t(off) * groups * 2, vp, half}
-                    : StagedRun{o.v_params + size_t(P) * groups * 2 + size_t(off) * groups * 2, vp + half, half};
-    } else {
-      return i == 3 ? StagedRun{o.v_params + size_t(off) * 4, vp, vp_bytes} : StagedRun{0, page_bytes, 0};
-    }
-  }
-  // Source of byte `at` of the staged page whose first token is `off` tokens into `record`.
-  KVQ_DEVICE static const uint8_t* staged_source(const uint8_t* record, int off, size_t at) {
-    KVQ_UNROLL
-    for (int i = 0; i < kRuns - 1; ++i) {
-      const StagedRun r = staged_run(i, off);
-      if (at < r.dst + r.bytes) return record + r.src + (at - r.dst);
-    }
-    const StagedRun r = staged_run(kRuns - 1, off);
-    return record + r.src + (at - r.dst);
-  }
   // True when tile [t0, t0 + BN) is one staged page of a single record of two quantized roles
   // (pages of at least BN tokens, every token a record token below kv_end): issue_tile_bulk's tile.
   KVQ_DEVICE static bool bulk_copyable(int64_t t0, int64_t rec_end, int64_t kv_end) {

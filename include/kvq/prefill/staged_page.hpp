@@ -1,0 +1,88 @@
+// kvq/prefill/staged_page.hpp - the staged page of a prefill K/V tile: the quantized bytes of SP
+// consecutive tokens of one record, copied into shared memory before they are dequantized
+// (kv_tile.cuh). SP = min(P, BN) for tiles of BN tokens: a staged page is a whole record (P <= BN)
+// or a BN-token slice of one (P > BN), laid out like a record of page SP (record_layout.hpp):
+//   kc  K codes   [SP tokens] (token-major words, packing.hpp)
+//   kp  K params  int8: scale[SP]; INT2/4: scale[D], zero[D] per key group covering the SP tokens
+//                 (a single group when the group is longer than SP)
+//   vc  V codes   [SP / 2 token pairs]
+//   vp  V params  int8: scale[SP]; INT2/4: scale[SP][D/Gv], then zero[SP][D/Gv]
+// Each section is a contiguous run of the record (two for INT2/4 value parameters), so a staged
+// page is at most five copies: staged_run(i, off) names them, staged_source the source of any byte.
+// Host and device code: tests/host/test_staged_page.cpp decodes staged pages against the record.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvq/cache/config.hpp"
+#include "kvq/cache/record_layout.hpp"
+#include "kvq/core/platform.hpp"
+#include "kvq/quant/formats.hpp"
+
+KVQ_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Cfg, int BN_>
+struct StagedPage {
+  using KQ = typename Cfg::k_quant;
+  using VQ = typename Cfg::v_quant;
+  static constexpr int D = Cfg::head_dim, P = Cfg::page;
+  static constexpr int BN = BN_;                 // tokens per tile
+  static constexpr int SP = P < BN ? P : BN;     // tokens per staged page
+  static constexpr int staged_pages = BN / SP;   // staged pages per tile
+  static constexpr bool k_staged = KQ::kind != QuantKind::kNone;
+  static constexpr bool v_staged = VQ::kind != QuantKind::kNone;
+
+  // Section sizes of a record of page SP (record_layout.hpp), except that keys keep one whole
+  // group's parameters when the key group is longer than SP. "none" roles are not staged.
+  static constexpr size_t kc_bytes = k_staged ? section_codes_bytes(KQ::desc, D, SP) : 0;
+  static constexpr size_t kp_bytes =
+      KQ::kind == QuantKind::kNone || KQ::kind == QuantKind::kInt8 || SP >= KQ::group
+          ? section_params_bytes(KQ::desc, Role::kKey, D, SP)
+          : section_params_bytes(KQ::desc, Role::kKey, D, KQ::group);
+  static constexpr size_t vc_bytes = v_staged ? section_codes_bytes(VQ::desc, D, SP) : 0;
+  static constexpr size_t vp_bytes = section_params_bytes(VQ::desc, Role::kValue, D, SP);
+  static constexpr size_t kc = 0, kp = kc_bytes, vc = kp + kp_bytes, vp = vc + vc_bytes, page_bytes = vp + vp_bytes;
+  static_assert(kc_bytes % 16 == 0 && kp_bytes % 16 == 0 && vc_bytes % 16 == 0 && vp_bytes % 16 == 0,
+                "staged sections are whole 16-byte chunks");
+  static constexpr size_t raw_bytes = page_bytes * staged_pages;  // a tile's staged pages
+
+  // The contiguous runs of the staged page whose first token is `off` tokens into a record: run i
+  // (i < kRuns) is `bytes` bytes from record offset `src` to page offset `dst` (codes of K, params of
+  // K, codes of V, then V's params: one run for INT8, scales and zeros for INT2 / INT4). Runs of a
+  // role that is not staged are empty.
+  struct StagedRun {
+    size_t src, dst, bytes;
+  };
+  static constexpr int kRuns = 5;
+  KVQ_HD static StagedRun staged_run(int i, int off) {
+    constexpr RecordOffsets o = Cfg::record;
+    if (i == 0) return StagedRun{o.k_codes + size_t(off) * D * KQ::bits / 8, kc, kc_bytes};
+    if (i == 1) {
+      if constexpr (KQ::kind == QuantKind::kAsym) return StagedRun{o.k_params + size_t(off / KQ::group) * D * 4, kp, kp_bytes};
+      else return StagedRun{o.k_params + size_t(off) * 4, kp, kp_bytes};
+    }
+    if (i == 2) return StagedRun{o.v_codes + size_t(off) * D * VQ::bits / 8, vc, vc_bytes};
+    if constexpr (VQ::kind == QuantKind::kAsym) {
+      constexpr size_t groups = D / VQ::group, half = size_t(SP) * groups * 2;
+      return i == 3 ? StagedRun{o.v_params + size_t(off) * groups * 2, vp, half}
+                    : StagedRun{o.v_params + size_t(P) * groups * 2 + size_t(off) * groups * 2, vp + half, half};
+    } else {
+      return i == 3 ? StagedRun{o.v_params + size_t(off) * 4, vp, vp_bytes} : StagedRun{0, page_bytes, 0};
+    }
+  }
+  // Source of byte `at` of the staged page whose first token is `off` tokens into `record`.
+  KVQ_HD static const uint8_t* staged_source(const uint8_t* record, int off, size_t at) {
+    KVQ_UNROLL
+    for (int i = 0; i < kRuns - 1; ++i) {
+      const StagedRun r = staged_run(i, off);
+      if (at < r.dst + r.bytes) return record + r.src + (at - r.dst);
+    }
+    const StagedRun r = staged_run(kRuns - 1, off);
+    return record + r.src + (at - r.dst);
+  }
+};
+
+}  // namespace detail
+KVQ_NAMESPACE_END
