@@ -82,14 +82,7 @@ void check_chunks(uint64_t seed) {
   constexpr int D = Cfg::head_dim, P = Cfg::page;
   std::vector<T> rows = kvq_test::make_rows<T>(seed, 2 * P, 1, D, 3.0f);  // K rows then V rows
   rows[5] = T::from_float(1.0e6f);                               // out-of-range for fp16 scales
-  std::vector<uint8_t> record(Cfg::record_bytes);
-  kvq::SeqAppend s{};
-  s.len_new = P;
-  s.cold_new = P;
-  kvq::CacheView<T> view{};
-  view.num_kv_heads = 1;
-  uint32_t flags = 0;
-  kvq::reference::encode_page<Cfg>(view, rows.data(), rows.data() + size_t(P) * D, s, 0, record.data(), flags);
+  const std::vector<uint8_t> record = kvq_test::encode_record<Cfg>(rows);
   size_t mismatches = 0;
   for (int t = 0; t < P; ++t)
     for (int c0 = 0; c0 < D; c0 += kvq::kDecodeChunk) {

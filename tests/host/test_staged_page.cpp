@@ -22,14 +22,7 @@ void check_staged_pages(uint64_t seed) {
   using VQ = typename Cfg::v_quant;
   constexpr int D = Cfg::head_dim, P = Cfg::page, SP = Page::SP;
   std::vector<T> rows = kvq_test::make_rows<T>(seed, 2 * P, 1, D, 3.0f);  // K rows then V rows
-  std::vector<uint8_t> record(Cfg::record_bytes);
-  kvq::SeqAppend s{};
-  s.len_new = P;
-  s.cold_new = P;
-  kvq::CacheView<T> view{};
-  view.num_kv_heads = 1;
-  uint32_t flags = 0;
-  kvq::reference::encode_page<Cfg>(view, rows.data(), rows.data() + size_t(P) * D, s, 0, record.data(), flags);
+  const std::vector<uint8_t> record = kvq_test::encode_record<Cfg>(rows);
 
   // The runs: contiguous from 0, whole 16-byte chunks, the page's size in all.
   size_t end = 0;

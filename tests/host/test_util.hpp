@@ -134,6 +134,22 @@ std::vector<T> make_rows(uint64_t seed, int64_t n, int heads, int D, float scale
   return r;
 }
 
+// One record of Cfg (one KV head), encoded by the host reference from `rows`: the page's P key
+// rows, then its P value rows, [2P][D].
+template <class Cfg>
+std::vector<uint8_t> encode_record(const std::vector<typename Cfg::dtype>& rows) {
+  std::vector<uint8_t> record(Cfg::record_bytes);
+  kvq::SeqAppend s{};
+  s.len_new = Cfg::page;
+  s.cold_new = Cfg::page;
+  kvq::CacheView<typename Cfg::dtype> view{};
+  view.num_kv_heads = 1;
+  uint32_t flags = 0;
+  kvq::reference::encode_page<Cfg>(view, rows.data(), rows.data() + size_t(Cfg::page) * Cfg::head_dim, s, 0, record.data(),
+                                   flags);
+  return record;
+}
+
 template <class T>
 bool same_bits(const T* a, const T* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(T)) == 0;
