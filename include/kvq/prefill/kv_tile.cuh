@@ -9,10 +9,14 @@
 //   raw   the quantized bytes of the tile (only for quantized roles): BN / SP staged pages of SP
 //         tokens (staged_page.hpp, the layout and where each byte comes from in the record).
 // Filling a tile is two steps so the copy overlaps the math of the tiles before it:
-//   issue():  cp.async of the raw bytes of record tokens (quantized roles) and of the model-dtype
-//             rows (hot ring, new tokens, "none" records) straight into k / v; zeros past the end;
-//   decode(): after the copy landed, the record tokens of quantized roles are dequantized from
-//             raw into k / v, 8 channels a thread, with decode_chunk (the host reference's code).
+//   issue_tile():      cp.async of the raw bytes of record tokens (quantized roles) and of the
+//                      model-dtype rows (hot ring, new tokens, "none" records) straight into k / v;
+//                      zeros past the end. issue_tile_bulk(): the raw bytes of a tile inside one
+//                      record by one thread's bulk copies (the warp-specialized kernel's common tile);
+//   decode_tile():     after the copy landed, the record tokens of quantized roles are dequantized
+//                      from raw into k / v: a full tile by the fast path (FullTile: all loads first,
+//                      codes read as fp16 subnormals), any other by the general path (decode_chunk
+//                      and its pieces); both give the host reference's values bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>

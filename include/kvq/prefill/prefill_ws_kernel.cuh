@@ -4,11 +4,15 @@
 //
 // CTA = (row tile, sequence, KV head), 4 warpgroups, kPrefillRowsLarge query rows (chunk tokens x
 // GQA heads of one KV head, token-major, as in prefill_wgmma_kernel.cuh).
-//   warpgroups 0 and 1, the producers: per K/V tile of BN tokens, cp.async of its bytes
-//     (kv_tile.cuh's issue_tile: quantized records into a raw slot, model-dtype rows straight into
-//     the stage), then the dequantization of the record rows into the stage (decode_tile), a proxy
-//     fence and an arrive on the stage's `full` barrier; a tile with nothing to dequantize is
-//     handed over by its copies' completion (cp.async-tracked arrivals), not by the producer loop.
+//   warpgroups 0 and 1, the producers: per K/V tile of BN tokens, the copy of its bytes (a tile
+//     inside one record of two quantized roles: bulk copies of its staged page by one producer
+//     thread, issue_tile_bulk; any other: cp.async by all of them, issue_tile, quantized records
+//     into a raw slot, model-dtype rows straight into the stage), then the dequantization of the
+//     record rows into the stage (decode_tile), a proxy fence and an arrive on the stage's `full`
+//     barrier; a tile with nothing to dequantize is handed over by its copies' completion
+//     (cp.async-tracked arrivals), not by the producer loop. The raw slots have mbarriers of their
+//     own (`raw_full`: its bytes landed; `raw_free`: every producer thread is done with it), so the
+//     producers never wait for each other where a role is quantized.
 //     They run up to `stages` - 1 tiles ahead; whatever writes a stage first waits on its `empty`
 //     barrier (the copies of model-dtype rows, else the decode). Two warpgroups, not one: a
 //     thread's decode is a chain of shared loads, math and stores, and one warp per scheduler left
