@@ -20,6 +20,7 @@
 #include "kvq/attention/pages_valid.cuh"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/prefill/kv_tile.cuh"
+#include "kvq/prefill/tile_decode.cuh"
 #include "kvq/prefill/plan.hpp"
 
 KVQ_NAMESPACE_BEGIN

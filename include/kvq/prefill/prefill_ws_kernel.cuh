@@ -39,6 +39,7 @@
 #include "kvq/numeric/mbarrier.cuh"
 #include "kvq/numeric/wgmma.cuh"
 #include "kvq/prefill/kv_tile.cuh"
+#include "kvq/prefill/tile_decode.cuh"
 #include "kvq/prefill/plan.hpp"
 #include "kvq/prefill/wgmma_softmax.cuh"
 
