@@ -62,7 +62,7 @@ struct KvTile : StagedPage<Cfg, TileTokens> {
   // True when tile [t0, t0 + BN) is one staged page of a single record of two quantized roles
   // (pages of at least BN tokens, every token a record token below kv_end): issue_tile_bulk's tile.
   KVQ_DEVICE static bool bulk_copyable(int64_t t0, int64_t rec_end, int64_t kv_end) {
-    return P >= BN && k_staged && v_staged && t0 + BN <= rec_end && t0 + BN <= kv_end;
+    return P >= BN && issues_raw_only(t0, rec_end) && t0 + BN <= kv_end;
   }
 };
 

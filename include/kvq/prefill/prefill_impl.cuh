@@ -12,6 +12,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "kvq/attention/run_checks.hpp"
 #include "kvq/attention/transition.cuh"
 #include "kvq/prefill/prefill.hpp"
@@ -101,16 +103,16 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
 #if defined(KVQ_ENABLE_WGMMA)
     if constexpr (Cfg::head_dim <= 128) {
       if (plan.kernel == PrefillKernel::kWgmmaWs) {
-        if (plan.tile_tokens == detail::kPrefillWsTile)
-          launched = detail::launch_prefill_kernel(detail::prefill_ws_kernel<Cfg, detail::kPrefillWsTile>, detail::kPrefillWsThreads,
-                                                   detail::PrefillWsSmem<Cfg, detail::kPrefillWsTile>::bytes, cache, batch, plan,
-                                                   transition, out, flags, stream);
+        auto launch_ws = [&](auto bn) {  // the warp-specialized kernel with tiles of bn tokens
+          constexpr int BN = decltype(bn)::value;
+          return detail::launch_prefill_kernel(detail::prefill_ws_kernel<Cfg, BN>, detail::kPrefillWsThreads,
+                                               detail::PrefillWsSmem<Cfg, BN>::bytes, cache, batch, plan, transition, out,
+                                               flags, stream);
+        };
+        if (plan.tile_tokens == detail::kPrefillWsTile) launched = launch_ws(std::integral_constant<int, detail::kPrefillWsTile>{});
         if constexpr (detail::prefill_ws_tile<Cfg>() != detail::kPrefillWsTile)
           if (plan.tile_tokens == detail::prefill_ws_tile<Cfg>())
-            launched = detail::launch_prefill_kernel(detail::prefill_ws_kernel<Cfg, detail::prefill_ws_tile<Cfg>()>,
-                                                     detail::kPrefillWsThreads,
-                                                     detail::PrefillWsSmem<Cfg, detail::prefill_ws_tile<Cfg>()>::bytes, cache,
-                                                     batch, plan, transition, out, flags, stream);
+            launched = launch_ws(std::integral_constant<int, detail::prefill_ws_tile<Cfg>()>{});
       }
       else if (plan.tile_tokens == 32)
         launched = detail::launch_prefill_kernel(detail::prefill_wgmma_kernel<Cfg, 32>, detail::kPrefillWgmmaThreads,

@@ -68,22 +68,33 @@ KVQ_DEVICE void decode_tile_rows(const uint8_t* raw, int rows, size_t codes, siz
 // I2F). The values are those of the general path, bit for bit (decode_key_word_subnormal,
 // decode_value_pair_subnormal, decode_int8_words: host-tested against the element decode).
 // FullTile<Tile, Q, Role, NT> names a role's fast path (fits: whether it serves this tile shape).
-//   keys:   thread tid takes channel chunk tid % (D/8) of `rows` consecutive rows from
-//           (tid / (D/8)) x rows on, all in one key group (Q::group a multiple of `rows`);
+//   keys:   ThreadRows (a thread's rows in one key group: Q::group a multiple of `rows`);
 //   values: item tid + i NT (i < items) is channel chunk idx % (D/8) of token pair idx / (D/8),
 //           its chunk inside one value group (Q::group a multiple of 8).
-template <class Tile, class Q, int NT>
-struct FullTileKeys {
+// The rows a thread of the keys' and INT8 roles' fast paths takes: channel chunk tid % (D/8) of
+// `rows` consecutive rows from (tid / (D/8)) x rows on (`fits`: the tile splits evenly into such
+// runs, of a power of two rows, so that TileRun addresses them).
+template <class Tile, int NT>
+struct ThreadRows {
   static constexpr int CH = Tile::chunks, rows = Tile::BN * CH / NT, n = rows >= 1 ? rows : 1;
-  static constexpr bool fits = Q::kind == QuantKind::kAsym && Tile::SP == Tile::BN && Tile::BN * CH % NT == 0 && rows >= 1 &&
-                               rows <= 8 && (rows & (rows - 1)) == 0 && Q::group % n == 0;
+  static constexpr bool fits =
+      Tile::SP == Tile::BN && Tile::BN * CH % NT == 0 && rows >= 1 && rows <= 8 && (rows & (rows - 1)) == 0;
+  KVQ_DEVICE static int chunk(unsigned tid) { return int(tid % unsigned(CH)); }
+  KVQ_DEVICE static int first_row(unsigned tid) { return int(tid / unsigned(CH)) * rows; }
+};
+
+template <class Tile, class Q, int NT>
+struct FullTileKeys : ThreadRows<Tile, NT> {
+  using Rows = ThreadRows<Tile, NT>;
+  using Rows::n, Rows::rows;
+  static constexpr bool fits = Q::kind == QuantKind::kAsym && Rows::fits && Q::group % n == 0;
   uint32_t w[n];  // the chunk's code word of rows r0 .. r0 + rows - 1 (key_chunk_word)
   KeyChunkParams par;
   int c, r0;
 
   KVQ_DEVICE void load(const uint8_t* raw, unsigned tid) {
-    c = int(tid % unsigned(CH));
-    r0 = int(tid / unsigned(CH)) * rows;
+    c = Rows::chunk(tid);
+    r0 = Rows::first_row(tid);
     KVQ_UNROLL
     for (int i = 0; i < rows; ++i) w[i] = key_chunk_word<Q, Tile::D>(raw + Tile::kc, r0 + i, 8 * c);
     par = key_chunk_params<Q, Tile::D>(raw + Tile::kp, r0, 8 * c);
@@ -136,21 +147,21 @@ struct FullTileValues {
   }
 };
 
-// INT8 roles (keys or values): thread tid takes channel chunk tid % (D/8) of `rows` consecutive
-// rows from (tid / (D/8)) x rows on; a row chunk's 8 codes are one 8-byte load, its scale one float.
+// INT8 roles (keys or values), on ThreadRows: a row chunk's 8 codes are one 8-byte load, its scale
+// one float.
 template <class Tile, class Q, Role R, int NT>
-struct FullTileInt8 {
-  static constexpr int CH = Tile::chunks, rows = Tile::BN * CH / NT, n = rows >= 1 ? rows : 1;
-  static constexpr bool fits = Q::kind == QuantKind::kInt8 && Tile::SP == Tile::BN && Tile::BN * CH % NT == 0 && rows >= 1 &&
-                               rows <= 8 && (rows & (rows - 1)) == 0;
+struct FullTileInt8 : ThreadRows<Tile, NT> {
+  using Rows = ThreadRows<Tile, NT>;
+  using Rows::n, Rows::rows;
+  static constexpr bool fits = Q::kind == QuantKind::kInt8 && Rows::fits;
   static constexpr size_t codes = R == Role::kKey ? Tile::kc : Tile::vc, params = R == Role::kKey ? Tile::kp : Tile::vp;
   uint2 w[n];
   float scale[n];
   int c, r0;
 
   KVQ_DEVICE void load(const uint8_t* raw, unsigned tid) {
-    c = int(tid % unsigned(CH));
-    r0 = int(tid / unsigned(CH)) * rows;
+    c = Rows::chunk(tid);
+    r0 = Rows::first_row(tid);
     KVQ_UNROLL
     for (int i = 0; i < rows; ++i) {
       w[i] = *reinterpret_cast<const uint2*>(raw + codes + size_t(r0 + i) * Tile::D + 8 * c);
