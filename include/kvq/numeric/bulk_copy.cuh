@@ -13,22 +13,23 @@
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
-// This thread's arrival on `bar`, raising the bytes its current phase waits for by `bytes`.
-KVQ_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+// This thread's arrival on the barrier at shared-window address `bar` (mbarrier_address), raising
+// the bytes its current phase waits for by `bytes`.
+KVQ_DEVICE void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
 #if KVQ_MBARRIER_DEVICE
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbarrier_address(bar)), "r"(bytes)
-               : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 #else
   (void)bar, (void)bytes;
 #endif
 }
 
-// `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned), completing on `bar`.
-KVQ_DEVICE void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+// `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned), completing on
+// the barrier at shared-window address `bar`.
+KVQ_DEVICE void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint32_t bar) {
 #if KVQ_MBARRIER_DEVICE
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                    static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(bytes), "r"(mbarrier_address(bar))
+               "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 #else
   (void)dst, (void)src, (void)bytes, (void)bar;

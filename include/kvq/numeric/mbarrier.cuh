@@ -44,40 +44,44 @@ KVQ_DEVICE void mbarrier_init(uint64_t* bar, unsigned count) {
 #endif
 }
 
-KVQ_DEVICE void mbarrier_arrive(uint64_t* bar) {
+// The operations below take the barrier as a pointer or as its shared-window address (a kernel
+// that addresses a ring of barriers in a loop computes the base address once).
+KVQ_DEVICE void mbarrier_arrive(uint32_t bar) {
 #if KVQ_MBARRIER_DEVICE
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mbarrier_address(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #else
   (void)bar;
 #endif
 }
+KVQ_DEVICE void mbarrier_arrive(uint64_t* bar) { mbarrier_arrive(mbarrier_address(bar)); }
 
 // Holds the current phase of `bar` open until every cp.async this thread issued so far has
 // completed (the pending count goes up by one now and down by one then: no arrival of its own,
 // the thread still arrives with mbarrier_arrive). A waiter whose wait returns sees those copies.
-KVQ_DEVICE void cp_async_mbarrier_arrive(uint64_t* bar) {
+KVQ_DEVICE void cp_async_mbarrier_arrive(uint32_t bar) {
 #if KVQ_MBARRIER_DEVICE
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(mbarrier_address(bar)) : "memory");
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 #else
   (void)bar;
 #endif
 }
+KVQ_DEVICE void cp_async_mbarrier_arrive(uint64_t* bar) { cp_async_mbarrier_arrive(mbarrier_address(bar)); }
 
 // One arrival of this thread on `bar`, made when every cp.async it issued so far has completed
 // (counts toward the barrier's expected arrivals, unlike cp_async_mbarrier_arrive). A barrier fed
 // only this way completes its phase when all its threads' copies have landed.
-KVQ_DEVICE void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+KVQ_DEVICE void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
 #if KVQ_MBARRIER_DEVICE
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(mbarrier_address(bar)) : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 #else
   (void)bar;
 #endif
 }
+KVQ_DEVICE void cp_async_mbarrier_arrive_noinc(uint64_t* bar) { cp_async_mbarrier_arrive_noinc(mbarrier_address(bar)); }
 
 // Returns once the phase of parity `parity` has completed.
-KVQ_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+KVQ_DEVICE void mbarrier_wait(uint32_t addr, uint32_t parity) {
 #if KVQ_MBARRIER_DEVICE
-  const uint32_t addr = mbarrier_address(bar);
   uint32_t done = 0;
   do {
     asm volatile(
@@ -87,9 +91,10 @@ KVQ_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   } while (!done);
 #else
-  (void)bar, (void)parity;
+  (void)addr, (void)parity;
 #endif
 }
+KVQ_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) { mbarrier_wait(mbarrier_address(bar), parity); }
 
 // Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32): every warp
 // that takes part reaches it with all its threads.

@@ -186,10 +186,11 @@ KVQ_DEVICE void issue_tile(const TileSource<typename Cfg::dtype>& src, int64_t t
 }
 
 // The raw bytes of a bulk_copyable tile [t0, t0 + BN) by one thread: a bulk copy per run of its
-// staged page, completing on `bar` (the caller announced Tile::page_bytes on it).
+// staged page, completing on the barrier at shared-window address `bar` (the caller announced
+// Tile::page_bytes on it).
 template <class Cfg, int BN_>
 KVQ_DEVICE void issue_tile_bulk(const TileSource<typename Cfg::dtype>& src, int64_t t0, const int32_t* ids, uint8_t* raw,
-                                uint64_t* bar) {
+                                uint32_t bar) {
   using Tile = KvTile<Cfg, BN_>;
   const uint8_t* rec = src.record(t0, t0, ids, Cfg::page, Cfg::record_bytes);
   const int off = int(t0 % Cfg::page);

@@ -104,7 +104,6 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
   uint8_t* const smem = prefill_ws_smem + pad;
   const uint32_t sbase = raw_base + pad;  // shared-window address of smem
   auto kv_at = [&](int j, int role) { return L::kv_offset + size_t(2 * (j % S) + role) * Tile::rows_bytes; };
-  auto raw = [&](int j) { return smem + L::raw_offset + size_t(j % S) * L::raw_slot; };
   __shared__ uint64_t full[S], empty[S];  // stage j % S holds tile j: filled / released
   // Raw slot j % S (quantized roles): every producer thread's copies of tile j landed / every
   // producer thread is done with tile j (its decode, and the page ids it stored for tile j + S).
@@ -156,35 +155,47 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     // on raw_free of its previous tile (every producer thread done with it).
     constexpr bool staged = Tile::k_staged || Tile::v_staged;
     const unsigned tid = threadIdx.x;
-    auto release_wait = [&](int j) {
-      if (j >= S) mbarrier_wait(&empty[j % S], uint32_t((j / S - 1) & 1));  // tile j - S released
-    };
-    auto issue = [&](int j) {
-      const int64_t t0 = int64_t(j) * BN;
-      if (!Tile::issues_raw_only(t0, src.rec_end)) release_wait(j);
-      if (staged && j >= S) mbarrier_wait(&raw_free[j % S], uint32_t((j / S - 1) & 1));  // tile j - S is done with the slot
+    // Barrier b of stage s lives at b_at + 8 s (shared-window addresses, computed once); the loop
+    // below tracks tile j's stage and phase instead of dividing by S each time.
+    const uint32_t full_at = mbarrier_address(full), empty_at = mbarrier_address(empty);
+    const uint32_t raw_full_at = mbarrier_address(raw_full), raw_free_at = mbarrier_address(raw_free);
+    // Tile i into stage si (page ids from ring entry pi); when i >= S, `prev` is the parity of the
+    // phase of tile i - S, the stage's previous tile (its release, and its raw slot's).
+    auto issue = [&](int i, int si, int pi, uint32_t prev) {
+      const int64_t t0 = int64_t(i) * BN;
+      if (i >= S && !Tile::issues_raw_only(t0, src.rec_end)) mbarrier_wait(empty_at + 8 * si, prev);
+      if (staged && i >= S) mbarrier_wait(raw_free_at + 8 * si, prev);  // tile i - S is done with the slot
+      uint8_t* const raw_i = smem + L::raw_offset + size_t(si) * L::raw_slot;
       if (Tile::bulk_copyable(t0, src.rec_end, src.kv_end)) {
-        // The common tile: one thread (lane 0 of warp j % 8, in turn) copies the page's runs in bulk;
+        // The common tile: one thread (lane 0 of warp i % 8, in turn) copies the page's runs in bulk;
         // the other producer threads only arrive. Its handover to the consumers follows its decode.
-        if (tid == 32u * unsigned(j % (kPrefillWsProducers / 32))) {
-          mbarrier_arrive_expect_tx(&raw_full[j % S], uint32_t(Tile::page_bytes));
-          issue_tile_bulk<Cfg, BN>(src, t0, page_ids[j % PR], raw(j), &raw_full[j % S]);
+        if (tid == 32u * unsigned(i % (kPrefillWsProducers / 32))) {
+          mbarrier_arrive_expect_tx(raw_full_at + 8 * si, uint32_t(Tile::page_bytes));
+          issue_tile_bulk<Cfg, BN>(src, t0, page_ids[pi], raw_i, raw_full_at + 8 * si);
         } else {
-          mbarrier_arrive(&raw_full[j % S]);
+          mbarrier_arrive(raw_full_at + 8 * si);
         }
         return;
       }
-      issue_tile<Cfg, BN, kPrefillWsProducers>(src, t0, page_ids[j % PR], smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
-      cp_async_mbarrier_arrive(&full[j % S]);
-      if (staged) cp_async_mbarrier_arrive_noinc(&raw_full[j % S]);
-      if (!Tile::decodes(t0, src.rec_end)) mbarrier_arrive(&full[j % S]);
+      uint8_t* const kv_i = smem + L::kv_offset + size_t(2 * si) * Tile::rows_bytes;
+      issue_tile<Cfg, BN, kPrefillWsProducers>(src, t0, page_ids[pi], kv_i, kv_i + Tile::rows_bytes, raw_i, tid);
+      cp_async_mbarrier_arrive(full_at + 8 * si);
+      if (staged) cp_async_mbarrier_arrive_noinc(raw_full_at + 8 * si);
+      if (!Tile::decodes(t0, src.rec_end)) mbarrier_arrive(full_at + 8 * si);
     };
     KVQ_UNROLL
     for (int j = 0; j < S - 1; ++j) {
-      if (j < ntiles) issue(j);
+      if (j < ntiles) issue(j, j, j, 0u);
       cp_async_commit();
     }
+    int s = 0, pi = S - 1;  // tile j's stage; the page-id ring entry of tile j + S - 1
+    uint32_t phase = 0;      // parity of tile j's phase of its stage
     for (int j = 0; j < ntiles; ++j) {
+      // Tile j + S - 1 goes to the stage before tile j's and reuses it after tile j - 1, whose phase
+      // parity is `phase` unless tile j opened a new round of the ring.
+      const int si = s == 0 ? S - 1 : s - 1;
+      const uint32_t prev = s == 0 ? phase ^ 1u : phase;
+      const int pn = pi == PR - 1 ? 0 : pi + 1;  // the page-id entry of tile j + S
       // Page ids of tile j + S: loaded now, stored before this thread's raw_free arrive for tile j
       // (staged) or before the barrier of the next iteration (else); issue(j + S), one iteration
       // later, waits on that arrive (or barrier), which publishes them.
@@ -192,24 +203,30 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       if constexpr (staged) {
         // Every producer thread's copies of tile j (decode reads them all), also for a tile that
         // does not decode: its slot's phases must not run ahead of its copies.
-        mbarrier_wait(&raw_full[j % S], uint32_t((j / S) & 1));
+        mbarrier_wait(raw_full_at + 8 * s, phase);
         if (Tile::decodes(int64_t(j) * BN, src.rec_end)) {  // the same for every producer thread
-          release_wait(j);  // at once when issue(j) waited already (tile j is not consumed before this arrive)
-          decode_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, smem + kv_at(j, 0), smem + kv_at(j, 1), raw(j), tid);
+          // Tile j - S released (at once when issue(j) waited already: tile j is not consumed
+          // before this thread's arrive).
+          if (j >= S) mbarrier_wait(empty_at + 8 * s, phase ^ 1u);
+          uint8_t* const kv_j = smem + L::kv_offset + size_t(2 * s) * Tile::rows_bytes;
+          decode_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, kv_j, kv_j + Tile::rows_bytes,
+                                                    smem + L::raw_offset + size_t(s) * L::raw_slot, tid);
           fence_proxy_async_shared();  // this thread's writes, for the consumers' wgmma
-          mbarrier_arrive(&full[j % S]);
+          mbarrier_arrive(full_at + 8 * s);
         }
-        if (int(tid) < TP) page_ids[(j + S) % PR][tid] = next_id;
-        mbarrier_arrive(&raw_free[j % S]);
-        if (j + S - 1 < ntiles) issue(j + S - 1);
+        if (int(tid) < TP) page_ids[pn][tid] = next_id;
+        mbarrier_arrive(raw_free_at + 8 * s);
+        if (j + S - 1 < ntiles) issue(j + S - 1, si, pi, prev);
         cp_async_commit();
       } else {
         // Nothing to dequantize: the barrier publishes the page ids stored in the last iteration.
         named_barrier_sync(1, kPrefillWsProducers);
-        if (j + S - 1 < ntiles) issue(j + S - 1);
+        if (j + S - 1 < ntiles) issue(j + S - 1, si, pi, prev);
         cp_async_commit();
-        if (int(tid) < TP) page_ids[(j + S) % PR][tid] = next_id;
+        if (int(tid) < TP) page_ids[pn][tid] = next_id;
       }
+      pi = pn;
+      if (++s == S) s = 0, phase ^= 1u;
     }
   } else {
     // ---- consumers: consumer warpgroup cw takes CTA rows 64 cw .. 64 cw + 63 ----
