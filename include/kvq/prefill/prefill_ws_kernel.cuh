@@ -49,12 +49,13 @@ namespace detail {
 constexpr int kPrefillWsProducers = 256;  // two producer warpgroups (threads 0 .. 255)
 constexpr int kPrefillWsThreads = kPrefillWsProducers + 256;  // + two consumer warpgroups
 // Registers a thread (setmaxnreg; the CTA's 65,536 split between the roles): the consumers keep S,
-// P and O of 64 rows in registers, the producers only a tile chunk's decode.
+// P and O of 64 rows in registers (160 hold them without spills for 64-token tiles), the producers
+// a tile chunk's decode (96: fewer spills of their loop state than with 88; bench/NOTES.md).
 // 128-token tiles (the "none" configurations) hold an S tile of 64 x 128 in registers: 208 / 48.
 template <int BN>
-KVQ_HD_CONSTEXPR int prefill_ws_consumer_regs() { return BN == 128 ? 208 : 168; }
+KVQ_HD_CONSTEXPR int prefill_ws_consumer_regs() { return BN == 128 ? 208 : 160; }
 template <int BN>
-KVQ_HD_CONSTEXPR int prefill_ws_producer_regs() { return 65536 / kPrefillWsProducers - prefill_ws_consumer_regs<BN>(); }  // 88 / 48
+KVQ_HD_CONSTEXPR int prefill_ws_producer_regs() { return 65536 / kPrefillWsProducers - prefill_ws_consumer_regs<BN>(); }  // 96 / 48
 constexpr int kPrefillWsTile = 64;      // K/V tokens per tile of the quantized configurations
 // The tile of configuration Cfg: 128 tokens when neither role is quantized (the tile's k and v
 // rows, 64 KB a stage, leave room for three stages), else 64.

@@ -141,9 +141,9 @@ KVQ_HD void decode_value_pair_subnormal(const uint32_t* pair_words, const AsymPa
   const float z1 = f16_bits_to_f32(odd.zero), s1 = f16_bits_to_f32(odd.scale);
   KVQ_UNROLL
   for (int e = 0; e < kDecodeChunk; ++e) {
-    const int p = Q::bits * (e % half);
-    const uint32_t pair = detail::subnormal_code_pair<Q::bits>(pair_words[e / half], p);
-    const float unit = detail::subnormal_code_unit<Q::bits>(p);
+    const int p = Q::bits * (e % half), q = detail::subnormal_code_bit_two<Q::bits>(p);  // two bits q: two s x unit each
+    const uint32_t pair = detail::subnormal_code_pair<Q::bits>(pair_words[e / half], p, q);
+    const float unit = detail::subnormal_unit(q);
     out[0][e] = fmaf(detail::half_low_f32(pair), s0 * unit, z0);
     out[1][e] = fmaf(detail::half_high_f32(pair), s1 * unit, z1);
   }

@@ -4,7 +4,7 @@
 // of two) in one fma with the zero, it gives fmaf(code, scale, zero), i.e. asym_decode, bit for
 // bit. One AND takes the codes at bit p of both half-words of a packed word (packing.hpp puts the
 // elements 2i and 2i + 1 of a pair of positions at the same bit of the two halves); codes past bit
-// 10 - Bits are moved down by 8 first.
+// 10 - Bits are moved down first (by 8, or for INT2 values by p % 8: subnormal_code_bit_two).
 #pragma once
 
 #include <cstdint>
@@ -22,17 +22,29 @@ KVQ_HD_CONSTEXPR int subnormal_code_bit(int p) {
   return p + Bits > 10 ? p - 8 : p;
 }
 
-// The codes at bit p of each half-word of w, each alone in its half: two fp16 subnormals.
+// The same with the fewest distinct bits: INT2 codes at bit 0 or 8 (p & 8, after a shift by p % 8),
+// so that a scale needs two factors 2^(24 - q) instead of five; INT4 as subnormal_code_bit (0 or 4).
 template <int Bits>
-KVQ_HD uint32_t subnormal_code_pair(uint32_t w, int p) {
-  const int q = subnormal_code_bit<Bits>(p);
-  return (q == p ? w : w >> 8) & ((((1u << Bits) - 1u) << q) * 0x00010001u);
+KVQ_HD_CONSTEXPR int subnormal_code_bit_two(int p) {
+  return Bits == 2 ? (p & 8) : subnormal_code_bit<Bits>(p);
 }
 
-// 2^(24 - q): the factor that turns the scale into the subnormal's.
+// The codes at bit p of each half-word of w, each alone in its half at bit q (q <= p, q + Bits <=
+// 10): two fp16 subnormals.
+template <int Bits>
+KVQ_HD uint32_t subnormal_code_pair(uint32_t w, int p, int q) {
+  return (w >> (p - q)) & ((((1u << Bits) - 1u) << q) * 0x00010001u);
+}
+template <int Bits>
+KVQ_HD uint32_t subnormal_code_pair(uint32_t w, int p) {
+  return subnormal_code_pair<Bits>(w, p, subnormal_code_bit<Bits>(p));
+}
+
+// 2^(24 - q): the factor that turns the scale into that of a subnormal code at bit q.
+KVQ_HD_CONSTEXPR float subnormal_unit(int q) { return static_cast<float>(1u << (24 - q)); }
 template <int Bits>
 KVQ_HD_CONSTEXPR float subnormal_code_unit(int p) {
-  return static_cast<float>(1u << (24 - subnormal_code_bit<Bits>(p)));
+  return subnormal_unit(subnormal_code_bit<Bits>(p));
 }
 
 // fp32 values of the low and high half of a pair (exact for subnormals).
