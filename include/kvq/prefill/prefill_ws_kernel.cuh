@@ -160,14 +160,21 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     // below tracks tile j's stage and phase instead of dividing by S each time.
     const uint32_t full_at = mbarrier_address(full), empty_at = mbarrier_address(empty);
     const uint32_t raw_full_at = mbarrier_address(raw_full), raw_free_at = mbarrier_address(raw_free);
+    // Tile i issues raw bytes only when i < n_raw, by bulk copies when i < n_bulk, and is
+    // dequantized when i < n_dec (KvTile's tile classes: two ints compared a tile, not 64-bit positions).
+    const int n_raw = Tile::raw_only_tiles(src.rec_end), n_bulk = Tile::bulk_tiles(src.rec_end, src.kv_end);
+    const int n_dec = Tile::decoding_tiles(src.rec_end);
+    // ntiles again, from a different expression: the compiler keeps this one in a uniform register,
+    // while the CTA-wide ntiles, live across both roles' code, was spilled and reloaded twice a tile.
+    const int n_all = Tile::tiles(src.kv_end);
     // Tile i into stage si (page ids from ring entry pi); when i >= S, `prev` is the parity of the
     // phase of tile i - S, the stage's previous tile (its release, and its raw slot's).
     auto issue = [&](int i, int si, int pi, uint32_t prev) {
       const int64_t t0 = int64_t(i) * BN;
-      if (i >= S && !Tile::issues_raw_only(t0, src.rec_end)) mbarrier_wait(empty_at + 8 * si, prev);
+      if (i >= S && i >= n_raw) mbarrier_wait(empty_at + 8 * si, prev);
       if (staged && i >= S) mbarrier_wait(raw_free_at + 8 * si, prev);  // tile i - S is done with the slot
       uint8_t* const raw_i = smem + L::raw_offset + size_t(si) * L::raw_slot;
-      if (Tile::bulk_copyable(t0, src.rec_end, src.kv_end)) {
+      if (i < n_bulk) {
         // The common tile: one thread (lane 0 of warp i % 8, in turn) copies the page's runs in bulk;
         // the other producer threads only arrive. Its handover to the consumers follows its decode.
         if (tid == 32u * unsigned(i % (kPrefillWsProducers / 32))) {
@@ -182,16 +189,16 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       issue_tile<Cfg, BN, kPrefillWsProducers>(src, t0, page_ids[pi], kv_i, kv_i + Tile::rows_bytes, raw_i, tid);
       cp_async_mbarrier_arrive(full_at + 8 * si);
       if (staged) cp_async_mbarrier_arrive_noinc(raw_full_at + 8 * si);
-      if (!Tile::decodes(t0, src.rec_end)) mbarrier_arrive(full_at + 8 * si);
+      if (i >= n_dec) mbarrier_arrive(full_at + 8 * si);
     };
     KVQ_UNROLL
     for (int j = 0; j < S - 1; ++j) {
-      if (j < ntiles) issue(j, j, j, 0u);
+      if (j < n_all) issue(j, j, j, 0u);
       cp_async_commit();
     }
     int s = 0, pi = S - 1;  // tile j's stage; the page-id ring entry of tile j + S - 1
     uint32_t phase = 0;      // parity of tile j's phase of its stage
-    for (int j = 0; j < ntiles; ++j) {
+    for (int j = 0; j < n_all; ++j) {
       // Tile j + S - 1 goes to the stage before tile j's and reuses it after tile j - 1, whose phase
       // parity is `phase` unless tile j opened a new round of the ring.
       const int si = s == 0 ? S - 1 : s - 1;
@@ -205,7 +212,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
         // Every producer thread's copies of tile j (decode reads them all), also for a tile that
         // does not decode: its slot's phases must not run ahead of its copies.
         mbarrier_wait(raw_full_at + 8 * s, phase);
-        if (Tile::decodes(int64_t(j) * BN, src.rec_end)) {  // the same for every producer thread
+        if (j < n_dec) {  // the same for every producer thread
           // Tile j - S released (at once when issue(j) waited already: tile j is not consumed
           // before this thread's arrive).
           if (j >= S) mbarrier_wait(empty_at + 8 * s, phase ^ 1u);
@@ -217,12 +224,12 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
         }
         if (int(tid) < TP) page_ids[pn][tid] = next_id;
         mbarrier_arrive(raw_free_at + 8 * s);
-        if (j + S - 1 < ntiles) issue(j + S - 1, si, pi, prev);
+        if (j + S - 1 < n_all) issue(j + S - 1, si, pi, prev);
         cp_async_commit();
       } else {
         // Nothing to dequantize: the barrier publishes the page ids stored in the last iteration.
         named_barrier_sync(1, kPrefillWsProducers);
-        if (j + S - 1 < ntiles) issue(j + S - 1, si, pi, prev);
+        if (j + S - 1 < n_all) issue(j + S - 1, si, pi, prev);
         cp_async_commit();
         if (int(tid) < TP) page_ids[pn][tid] = next_id;
       }
