@@ -84,3 +84,49 @@ TEST_CASE("staged page: copied through staged_source, it decodes like the record
   check_both_tiles<kvq::CacheConfig<kvq::bf16, 64, 32, kvq::Int2<16>, kvq::Int2<16>>>(19);
   check_both_tiles<kvq::CacheConfig<kvq::fp16, 256, 16, kvq::Int8, kvq::Int8>>(21);
 }
+
+namespace {
+
+// The tile classes (StagedPage::tiles / raw_only_tiles / decoding_tiles / bulk_tiles) against their
+// per-tile definitions (tile j = tokens [j BN, (j + 1) BN) of keys [0, kv_end), the record tokens
+// [0, rec_end) of them), for every split of rec_end <= kv_end up to five tiles and a bit.
+template <class Cfg, int BN>
+void check_tile_classes() {
+  using SP = kvq::detail::StagedPage<Cfg, BN>;
+  size_t checked = 0, wrong = 0;
+  for (int64_t kv_end = 0; kv_end <= 5 * BN + 3; ++kv_end)
+    for (int64_t rec_end = 0; rec_end <= kv_end; ++rec_end) {
+      const int n = SP::tiles(kv_end), n_raw = SP::raw_only_tiles(rec_end), n_dec = SP::decoding_tiles(rec_end);
+      const int n_bulk = SP::bulk_tiles(rec_end, kv_end);
+      wrong += int64_t(n) * BN < kv_end || (n > 0 && int64_t(n - 1) * BN >= kv_end);  // ceil(kv_end / BN)
+      for (int j = 0; j <= n; ++j) {
+        const int64_t t0 = int64_t(j) * BN;
+        const bool raw_only = SP::k_staged && SP::v_staged && t0 + BN <= rec_end;
+        const bool decodes = (SP::k_staged || SP::v_staged) && t0 < rec_end;
+        const bool bulk = Cfg::page >= BN && raw_only && t0 + BN <= kv_end;
+        wrong += (j < n_raw) != raw_only;
+        wrong += (j < n_dec) != decodes;
+        wrong += (j < n_bulk) != bulk;
+        ++checked;
+      }
+    }
+  CHECK(checked > 0);
+  CHECK(wrong == 0);
+}
+
+template <class Cfg>
+void check_tile_classes_all() {
+  check_tile_classes<Cfg, 32>();
+  check_tile_classes<Cfg, 64>();
+  check_tile_classes<Cfg, 128>();
+}
+
+}  // namespace
+
+TEST_CASE("staged page: the tile classes are the prefixes of tile indices their per-tile definitions give") {
+  check_tile_classes_all<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>>();  // P = 64: bulk at BN <= 64
+  check_tile_classes_all<kvq::CacheConfig<kvq::bf16, 128, 16, kvq::Int4<16>, kvq::Int2<32>>>();  // P < BN: never bulk
+  check_tile_classes_all<kvq::CacheConfig<kvq::bf16, 128, 128, kvq::Int8, kvq::Int8>>();
+  check_tile_classes_all<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int4<32>, kvq::NoQuant>>();      // one role staged
+  check_tile_classes_all<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::NoQuant, kvq::NoQuant>>();          // nothing staged
+}

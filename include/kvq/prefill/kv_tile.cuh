@@ -51,26 +51,7 @@ struct KvTile : StagedPage<Cfg, TileTokens> {
 
   KVQ_DEVICE static int swizzle(int row, int chunk) { return panel_chunk(BN, row, chunk); }
 
-  // Three kinds of tile, each a prefix of the tile indices (tile j = tokens [j BN, (j + 1) BN)):
-  // a tile passes a test iff its index is below the test's count, so that a kernel compares two
-  // ints a tile instead of 64-bit token positions.
-  // All tiles of keys [0, kv_end).
-  KVQ_HD static int tiles(int64_t kv_end) { return kv_end > 0 ? int((kv_end - 1) / BN) + 1 : 0; }
-  // Raw only: issue_tile writes only the tile's raw slot (every token a record token of two
-  // quantized roles): its copies need not wait for the k / v buffers to be free; only decode_tile,
-  // which writes them, does.
-  KVQ_HD static int raw_only_tiles(int64_t rec_end) {
-    return k_staged && v_staged && rec_end >= BN ? int(rec_end / BN) : 0;
-  }
-  // Decoding: decode_tile has rows to dequantize (record tokens of a quantized role).
-  KVQ_HD static int decoding_tiles(int64_t rec_end) {
-    return (k_staged || v_staged) && rec_end > 0 ? int((rec_end + BN - 1) / BN) : 0;
-  }
-  // Bulk-copyable: one staged page of a single record of two quantized roles (pages of at least BN
-  // tokens, every token a record token below kv_end): issue_tile_bulk's tile.
-  KVQ_HD static int bulk_tiles(int64_t rec_end, int64_t kv_end) {
-    return P >= BN ? raw_only_tiles(rec_end < kv_end ? rec_end : kv_end) : 0;
-  }
+  // The tile classes (tiles copied raw only, in bulk, dequantized) are StagedPage's.
 };
 
 // What the fill of a tile needs to know about its sequence and KV head.

@@ -161,7 +161,8 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     const uint32_t full_at = mbarrier_address(full), empty_at = mbarrier_address(empty);
     const uint32_t raw_full_at = mbarrier_address(raw_full), raw_free_at = mbarrier_address(raw_free);
     // Tile i issues raw bytes only when i < n_raw, by bulk copies when i < n_bulk, and is
-    // dequantized when i < n_dec (KvTile's tile classes: two ints compared a tile, not 64-bit positions).
+    // dequantized when i < n_dec (the tile classes of staged_page.hpp: two ints compared a tile,
+    // not 64-bit token positions).
     const int n_raw = Tile::raw_only_tiles(src.rec_end), n_bulk = Tile::bulk_tiles(src.rec_end, src.kv_end);
     const int n_dec = Tile::decoding_tiles(src.rec_end);
     // ntiles again, from a different expression: the compiler keeps this one in a uniform register,

@@ -9,7 +9,8 @@
 //   vp  V params  int8: scale[SP]; INT2/4: scale[SP][D/Gv], then zero[SP][D/Gv]
 // Each section is a contiguous run of the record (two for INT2/4 value parameters), so a staged
 // page is at most five copies: staged_run(i, off) names them, staged_source the source of any byte.
-// Host and device code: tests/host/test_staged_page.cpp decodes staged pages against the record.
+// Host and device code: tests/host/test_staged_page.cpp decodes staged pages against the record and
+// checks the tile classes against their per-tile definitions.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +48,27 @@ struct StagedPage {
   static_assert(kc_bytes % 16 == 0 && kp_bytes % 16 == 0 && vc_bytes % 16 == 0 && vp_bytes % 16 == 0,
                 "staged sections are whole 16-byte chunks");
   static constexpr size_t raw_bytes = page_bytes * staged_pages;  // a tile's staged pages
+
+  // Three kinds of tile, each a prefix of the tile indices (tile j = tokens [j BN, (j + 1) BN)):
+  // a tile passes a test iff its index is below the test's count, so that a kernel compares two
+  // ints a tile instead of 64-bit token positions.
+  // All tiles of keys [0, kv_end).
+  KVQ_HD static int tiles(int64_t kv_end) { return kv_end > 0 ? int((kv_end - 1) / BN) + 1 : 0; }
+  // Raw only: issue_tile (kv_tile.cuh) writes only the tile's raw slot (every token a record token
+  // of two quantized roles): its copies need not wait for the k / v buffers to be free; only
+  // decode_tile, which writes them, does.
+  KVQ_HD static int raw_only_tiles(int64_t rec_end) {
+    return k_staged && v_staged && rec_end >= BN ? int(rec_end / BN) : 0;
+  }
+  // Decoding: decode_tile has rows to dequantize (record tokens of a quantized role).
+  KVQ_HD static int decoding_tiles(int64_t rec_end) {
+    return (k_staged || v_staged) && rec_end > 0 ? int((rec_end + BN - 1) / BN) : 0;
+  }
+  // Bulk-copyable: one staged page of a single record of two quantized roles (pages of at least BN
+  // tokens, every token a record token below kv_end): issue_tile_bulk's tile.
+  KVQ_HD static int bulk_tiles(int64_t rec_end, int64_t kv_end) {
+    return P >= BN ? raw_only_tiles(rec_end < kv_end ? rec_end : kv_end) : 0;
+  }
 
   // The contiguous runs of the staged page whose first token is `off` tokens into a record: run i
   // (i < kRuns) is `bytes` bytes from record offset `src` to page offset `dst` (codes of K, params of
