@@ -37,6 +37,7 @@
 #include "kvq/numeric/mma.cuh"
 #include "kvq/quant/formats.hpp"
 #include "kvq/quant/offset_code.hpp"
+#include "kvq/quant/packing.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -339,7 +340,7 @@ struct RecordTile {
   KVQ_DEVICE static uint32_t v_pair(const VPair& v, int u) {
     const int w = u / v_cpw, e = u % v_cpw;
     if constexpr (v_packed) {
-      constexpr uint32_t mask = uint32_t((1 << VQ::bits) - 1) * 0x00010001u;
+      constexpr uint32_t mask = packed_pair_mask(VQ::bits, 0);
       const uint32_t x = ((v.w0[w] >> (VQ::bits * e)) & mask) | H::magic;
       const uint32_t code = hfma2<T>(x, H::one, H::neg_magic);  // exact
       return hfma2<T>(code, v.s[w], v.z[w]);

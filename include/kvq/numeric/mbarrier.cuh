@@ -44,8 +44,8 @@ KVQ_DEVICE void mbarrier_init(uint64_t* bar, unsigned count) {
 #endif
 }
 
-// The operations below take the barrier as a pointer or as its shared-window address (a kernel
-// that addresses a ring of barriers in a loop computes the base address once).
+// The operations below take the barrier's shared-window address (a kernel that addresses a ring of
+// barriers in a loop computes the base address once); arrive and wait also take a pointer.
 KVQ_DEVICE void mbarrier_arrive(uint32_t bar) {
 #if KVQ_MBARRIER_DEVICE
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
@@ -65,7 +65,6 @@ KVQ_DEVICE void cp_async_mbarrier_arrive(uint32_t bar) {
   (void)bar;
 #endif
 }
-KVQ_DEVICE void cp_async_mbarrier_arrive(uint64_t* bar) { cp_async_mbarrier_arrive(mbarrier_address(bar)); }
 
 // One arrival of this thread on `bar`, made when every cp.async it issued so far has completed
 // (counts toward the barrier's expected arrivals, unlike cp_async_mbarrier_arrive). A barrier fed
@@ -77,7 +76,6 @@ KVQ_DEVICE void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
   (void)bar;
 #endif
 }
-KVQ_DEVICE void cp_async_mbarrier_arrive_noinc(uint64_t* bar) { cp_async_mbarrier_arrive_noinc(mbarrier_address(bar)); }
 
 // Returns once the phase of parity `parity` has completed.
 KVQ_DEVICE void mbarrier_wait(uint32_t addr, uint32_t parity) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kvq/core/platform.hpp"
+#include "kvq/quant/packing.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -48,7 +49,7 @@ KVQ_HD uint32_t rotate_left(uint32_t x, int r) {
 // The code at mantissa bit t of `rotated` (a word already rotated), as (offset + code) fp16 pair.
 template <int Bits>
 KVQ_HD uint32_t offset_code_at(uint32_t rotated, int t) {
-  const uint32_t mask = (((1u << Bits) - 1u) << t) * 0x00010001u;
+  const uint32_t mask = packed_pair_mask(Bits, t);
   const uint32_t exponent = (uint32_t(25 - t) << 10) * 0x00010001u;  // 2^(10 - t) in each half
 #ifdef __CUDA_ARCH__
   uint32_t d;  // one LOP3 (the compiler splits (x & imm) | imm into two)

@@ -21,6 +21,10 @@ KVQ_NAMESPACE_BEGIN
 
 KVQ_HD int packed_bit_offset(int bits, int element) { return bits * (element >> 1) + 16 * (element & 1); }
 
+// The mask that keeps the codes at bit q of both half-words of a word (a pair's two elements, alone
+// in their halves): the first step of turning a word into a packed half2 operand.
+KVQ_HD_CONSTEXPR uint32_t packed_pair_mask(int bits, int q) { return (((1u << bits) - 1u) << q) * 0x00010001u; }
+
 // Position of the code of (token t, channel c) inside a packed section of D channels.
 struct CodeSlot {
   int word;

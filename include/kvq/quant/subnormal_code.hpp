@@ -11,6 +11,7 @@
 
 #include "kvq/core/platform.hpp"
 #include "kvq/numeric/bits.hpp"
+#include "kvq/quant/packing.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -33,7 +34,7 @@ KVQ_HD_CONSTEXPR int subnormal_code_bit_two(int p) {
 // 10): two fp16 subnormals.
 template <int Bits>
 KVQ_HD uint32_t subnormal_code_pair(uint32_t w, int p, int q) {
-  return (w >> (p - q)) & ((((1u << Bits) - 1u) << q) * 0x00010001u);
+  return (w >> (p - q)) & packed_pair_mask(Bits, q);
 }
 template <int Bits>
 KVQ_HD uint32_t subnormal_code_pair(uint32_t w, int p) {
