@@ -24,17 +24,42 @@
 KVQ_NAMESPACE_BEGIN
 
 namespace detail {
+// The warp-specialized kernel's paired CTAs (prefill_ws_kernel.cuh) need a launch in clusters of
+// two; 0 launches without clusters (the kernel then runs unpaired; a measurement knob).
+#ifndef KVQ_PREFILL_WS_CLUSTERS
+#define KVQ_PREFILL_WS_CLUSTERS 1
+#endif
+
 // Any of the three attention kernels (they share their parameters): its dynamic shared memory
-// allowed, then launched over (row tiles, batch, KV heads).
+// allowed, then launched over (row tiles, batch, KV heads). pairs: in clusters of two CTAs along the
+// row tiles (the warp-specialized kernel's paired CTAs), the row-tile count rounded up to even.
 template <class T>
 Status launch_prefill_kernel(void (*kernel)(CacheView<T>, AttentionBatch<T>, PrefillPlan, uint8_t*, T*, uint32_t*),
                              int threads, size_t smem, const CacheView<T>& cache, const AttentionBatch<T>& batch,
-                             const PrefillPlan& plan, uint8_t* transition, T* out, uint32_t* flags, cudaStream_t stream) {
+                             const PrefillPlan& plan, uint8_t* transition, T* out, uint32_t* flags, cudaStream_t stream,
+                             bool pairs = false) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::kCudaError;
-  kernel<<<dim3(unsigned(plan.row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads)), threads, smem, stream>>>(
-      cache, batch, plan, transition, out, flags);
-  return Status::kSuccess;
+  const unsigned row_tiles = pairs ? unsigned(plan.row_tiles + 1) / 2u * 2u : unsigned(plan.row_tiles);
+  const dim3 grid(row_tiles, unsigned(batch.batch), unsigned(cache.num_kv_heads));
+  if (!pairs) {
+    kernel<<<grid, threads, smem, stream>>>(cache, batch, plan, transition, out, flags);
+    return Status::kSuccess;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 2;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, cache, batch, plan, transition, out, flags) == cudaSuccess ? Status::kSuccess
+                                                                                                    : Status::kCudaError;
 }
 
 // Whether this binary has the wgmma kernel of Cfg and the current device runs it.
@@ -107,7 +132,7 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
           constexpr int BN = decltype(bn)::value;
           return detail::launch_prefill_kernel(detail::prefill_ws_kernel<Cfg, BN>, detail::kPrefillWsThreads,
                                                detail::PrefillWsSmem<Cfg, BN>::bytes, cache, batch, plan, transition, out,
-                                               flags, stream);
+                                               flags, stream, detail::prefill_ws_paired<Cfg, BN>() && KVQ_PREFILL_WS_CLUSTERS);
         };
         if (plan.tile_tokens == detail::kPrefillWsTile) launched = launch_ws(std::integral_constant<int, detail::kPrefillWsTile>{});
         if constexpr (detail::prefill_ws_tile<Cfg>() != detail::kPrefillWsTile)

@@ -37,6 +37,7 @@
 #include "kvq/attention/pages_valid.cuh"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/numeric/mbarrier.cuh"
+#include "kvq/numeric/cluster.cuh"
 #include "kvq/numeric/wgmma.cuh"
 #include "kvq/prefill/kv_tile.cuh"
 #include "kvq/prefill/tile_decode.cuh"
@@ -89,6 +90,24 @@ struct PrefillWsSmem {
   static_assert(q_bytes % 1024 == 0 && Tile::rows_bytes % 1024 == 0, "panels start on 1024-byte boundaries");
 };
 
+// Paired CTAs: where both roles are quantized and both have the fast decode path
+// (full_tiles_split_by_role), the kernel runs in clusters of two CTAs, adjacent row tiles of one
+// (sequence, KV head), which attend to the same record prefix. Each full record tile (the tiles
+// below StagedPage::raw_only_tiles) is dequantized once for both: rank 0 dequantizes its keys, rank 1
+// its values, each into its own stage, then one bulk copy (cluster.cuh) puts them into the partner's
+// same stage, completing on the partner's `full` barrier. So each CTA's producers decode half of
+// those tiles; they are what limits the quantized kernels (bench/NOTES.md). A stage is refilled once
+// both CTAs' consumers released it (`empty`, and `peer_empty`, which the partner's consumer warps
+// arrive on). KVQ_PREFILL_WS_PAIRS=0 compiles the unpaired kernel (for measurements).
+#ifndef KVQ_PREFILL_WS_PAIRS
+#define KVQ_PREFILL_WS_PAIRS 1
+#endif
+template <class Cfg, int BN>
+KVQ_HD_CONSTEXPR bool prefill_ws_paired() {
+  return KVQ_PREFILL_WS_PAIRS != 0 && full_tiles_split_by_role<Cfg, BN, kPrefillWsProducers>();
+}
+constexpr int kPrefillWsConsumerWarps = 8;
+
 template <class Cfg, int BN>
 __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas needs the entry register count for setmaxnreg
     prefill_ws_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, PrefillPlan plan,
@@ -111,10 +130,13 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
   __shared__ uint64_t raw_full[S], raw_free[S];
   constexpr int PR = S + 1;                // page-id ring: tiles j .. j + S
   __shared__ int32_t page_ids[PR][TP];    // block-table entries of tiles j .. j + S
+  __shared__ uint64_t peer_empty[S];     // paired tile j: the partner's consumers released it (count: their warps)
   __shared__ SeqAttention s;
   __shared__ int bad;
 
+  constexpr bool kPairs = prefill_ws_paired<Cfg, BN>();
   const int tile = plan.row_tiles - 1 - int(blockIdx.x);  // the longest rows (latest tokens) first
+  if (kPairs && tile < 0) return;  // the padding CTA of an odd row-tile count (no rows, not paired)
   const int b = blockIdx.y, h = blockIdx.z;
   const int group = a.num_q_heads / v.num_kv_heads;
   // Warp-uniform as far as the compiler can tell (a shuffle's result), so that the wgmma of the
@@ -125,6 +147,13 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
   const int rows = cr.rows, row0 = cr.row0;
   const TileSource<T> src = prefill_tile_source<Cfg>(v, a, plan, transition, s, cr.last_pos, b, h);
   const int ntiles = int((src.kv_end + BN - 1) / BN);
+  // Paired with the partner (rank ^ 1, row tile `peer_tile`) when both hold rows of the sequence
+  // (each CTA decides it from the same sequence, so both decide alike), the prefix has full record
+  // tiles and the launch made clusters of two: tiles j < n_pair are then decoded by role.
+  const int peer_tile = plan.row_tiles - 1 - int(blockIdx.x ^ 1u);
+  const int full_tiles = kPairs ? Tile::raw_only_tiles(src.rec_end) : 0;
+  const bool paired = kPairs && full_tiles > 0 && peer_tile >= 0 && peer_tile * BM < rows && cluster_size() == 2u;
+  const int n_pair = paired ? full_tiles : 0;  // tiles j < n_pair are decoded by role
   stage_prefill_queries<T, BM, D>(smem, a, s, h, group, row0, rows);
   cp_async_commit();
   for (int idx = threadIdx.x; idx < S * TP; idx += blockDim.x)  // tiles 0 .. S - 1
@@ -136,10 +165,15 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       mbarrier_init(&raw_full[threadIdx.x], kPrefillWsProducers);  // every producer thread's copies
       mbarrier_init(&raw_free[threadIdx.x], kPrefillWsProducers);  // every producer thread
     }
+    if (kPairs) {
+      mbarrier_init(&peer_empty[threadIdx.x], kPrefillWsConsumerWarps);  // every consumer warp of the partner
+      fence_mbarrier_init_cluster();
+    }
   }
   cp_async_wait<0>();
   fence_proxy_async_shared();
   __syncthreads();
+  if (paired) cluster_sync();  // the partner's barriers are initialised before either touches them
 
   if (wg < kPrefillWsProducers / 128) {
     setmaxnreg_dec<prefill_ws_producer_regs<BN>()>();
@@ -160,6 +194,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     // below tracks tile j's stage and phase instead of dividing by S each time.
     const uint32_t full_at = mbarrier_address(full), empty_at = mbarrier_address(empty);
     const uint32_t raw_full_at = mbarrier_address(raw_full), raw_free_at = mbarrier_address(raw_free);
+    const uint32_t peer_empty_at = mbarrier_address(peer_empty);
     // Tile i issues raw bytes only when i < n_raw, by bulk copies when i < n_bulk, and is
     // dequantized when i < n_dec (the tile classes of staged_page.hpp: two ints compared a tile,
     // not 64-bit token positions).
@@ -173,6 +208,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     auto issue = [&](int i, int si, int pi, uint32_t prev) {
       const int64_t t0 = int64_t(i) * BN;
       if (i >= S && i >= n_raw) mbarrier_wait(empty_at + 8 * si, prev);
+      if (i >= S && i >= n_raw && i - S < n_pair) mbarrier_wait(peer_empty_at + 8 * si, prev);  // see the decode below
       if (staged && i >= S) mbarrier_wait(raw_free_at + 8 * si, prev);  // tile i - S is done with the slot
       uint8_t* const raw_i = smem + L::raw_offset + size_t(si) * L::raw_slot;
       if (i < n_bulk) {
@@ -217,11 +253,35 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
           // Tile j - S released (at once when issue(j) waited already: tile j is not consumed
           // before this thread's arrive).
           if (j >= S) mbarrier_wait(empty_at + 8 * s, phase ^ 1u);
-          uint8_t* const kv_j = smem + L::kv_offset + size_t(2 * s) * Tile::rows_bytes;
-          decode_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, kv_j, kv_j + Tile::rows_bytes,
-                                                    smem + L::raw_offset + size_t(s) * L::raw_slot, tid);
-          fence_proxy_async_shared();  // this thread's writes, for the consumers' wgmma
-          mbarrier_arrive(full_at + 8 * s);
+          // Paired tile j - S: the partner's consumers are done with it, and so is our bulk copy of it
+          // out of this stage (its completion is on the partner's `full`), before the stage is rewritten.
+          if (j >= S && j - S < n_pair) mbarrier_wait(peer_empty_at + 8 * s, phase ^ 1u);
+          const uint8_t* const raw_j = smem + L::raw_offset + size_t(s) * L::raw_slot;
+          bool decoded = false;
+          if constexpr (kPairs) {
+            if (j < n_pair) {
+              // This CTA's role of tile j, here and (one bulk copy) in the partner's stage.
+              const unsigned rank = cluster_rank();
+              const uint32_t mine = uint32_t(L::kv_offset + size_t(2 * s + int(rank)) * Tile::rows_bytes);
+              decode_full_tile_role<Cfg, BN, kPrefillWsProducers>(rank ? Role::kValue : Role::kKey, smem + mine, raw_j, tid);
+              fence_proxy_async_shared();  // this thread's writes, for the consumers' wgmma and the bulk copy
+              if (tid == 0)
+                mbarrier_arrive_expect_tx(full_at + 8 * s, uint32_t(Tile::rows_bytes));  // + the partner's role
+              else
+                mbarrier_arrive(full_at + 8 * s);
+              named_barrier_sync(2, kPrefillWsProducers);  // every producer thread's part is written and fenced
+              if (tid == 0)
+                bulk_copy_to_peer(peer_address(sbase + mine, rank ^ 1u), sbase + mine, uint32_t(Tile::rows_bytes),
+                                  peer_address(full_at + 8 * s, rank ^ 1u));
+              decoded = true;
+            }
+          }
+          if (!decoded) {
+            uint8_t* const kv_j = smem + L::kv_offset + size_t(2 * s) * Tile::rows_bytes;
+            decode_tile<Cfg, BN, kPrefillWsProducers>(src, int64_t(j) * BN, kv_j, kv_j + Tile::rows_bytes, raw_j, tid);
+            fence_proxy_async_shared();  // this thread's writes, for the consumers' wgmma
+            mbarrier_arrive(full_at + 8 * s);
+          }
         }
         if (int(tid) < TP) page_ids[pn][tid] = next_id;
         mbarrier_arrive(raw_free_at + 8 * s);
@@ -242,6 +302,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     setmaxnreg_inc<prefill_ws_consumer_regs<BN>()>();
     const int cw = wg - kPrefillWsProducers / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane >> 2, i = lane & 3;
+    const uint32_t peer_empty_remote = kPairs ? peer_address(mbarrier_address(peer_empty), cluster_rank() ^ 1u) : 0u;
     // This thread's rows: g and g + 8 of its warp's 16 (wgmma_softmax.cuh).
     const int wr0 = row0 + 64 * cw + 16 * warp;
     const WgmmaSoftmaxRows sm = softmax_rows(a.softmax_scale, a.softcap, s.len, rows, group, row0 + 64 * cw, wr0, g, i);
@@ -287,6 +348,10 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       wgmma_wait<0>();  // O complete: stage j - 1 is free, O may be rescaled, pa rewritten
       wgmma_pin(o);
       mbarrier_arrive(&empty[(j - 1) % S]);
+      if (j - 1 < n_pair) {  // paired: the partner copied into this stage and may write it again
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive_cluster(peer_empty_remote + 8u * unsigned((j - 1) % S));
+      }
       rescale_rows<D>(o, corr);
       pack_probabilities<T, BN>(sacc, pa, l);
     }
@@ -296,6 +361,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     wgmma_pin(o);
     store_rows<T, D>(o, l, wr0 + g, rows, group, s.q0, a.num_q_heads, h, i, out);
   }
+  if (paired) cluster_sync();  // neither CTA exits while the other may still copy into it or arrive on it
 #else
   // Not sm_90a code: prefill_impl.cuh never launches this kernel without it (wgmma_available).
   (void)v, (void)a, (void)plan, (void)transition, (void)out, (void)flags;

@@ -279,5 +279,31 @@ KVQ_DEVICE void decode_tile(const TileSource<typename Cfg::dtype>& src, int64_t 
   }
 }
 
+// Whether paired CTAs (prefill_ws_kernel.cuh) can split tile j's decode by role: both roles are
+// staged and both have the fast path, so each full record tile is one role's FullTile per CTA.
+template <class Cfg, int BN_, int NT>
+KVQ_HD_CONSTEXPR bool full_tiles_split_by_role() {
+  using Tile = KvTile<Cfg, BN_>;
+  return Tile::k_staged && Tile::v_staged && FullTile<Tile, typename Cfg::k_quant, Role::kKey, NT>::fits &&
+         FullTile<Tile, typename Cfg::v_quant, Role::kValue, NT>::fits;
+}
+
+// One role of a full record tile (every one of its BN tokens a record token) from raw into dst
+// (that role's buffer), with NT threads: the other role is the partner CTA's.
+template <class Cfg, int BN_, int NT>
+KVQ_DEVICE void decode_full_tile_role(Role role, uint8_t* dst, const uint8_t* raw, unsigned tid) {
+  using Tile = KvTile<Cfg, BN_>;
+  static_assert(full_tiles_split_by_role<Cfg, BN_, NT>(), "both roles have the fast path");
+  if (role == Role::kKey) {
+    FullTile<Tile, typename Cfg::k_quant, Role::kKey, NT> f;
+    f.load(raw, tid);
+    f.store(dst, tid);
+  } else {
+    FullTile<Tile, typename Cfg::v_quant, Role::kValue, NT> f;
+    f.load(raw, tid);
+    f.store(dst, tid);
+  }
+}
+
 }  // namespace detail
 KVQ_NAMESPACE_END
