@@ -81,6 +81,19 @@ KVQ_DEVICE void mbarrier_arrive_cluster(uint32_t bar) {
 #endif
 }
 
+// 16 bytes (v) to the partner's shared memory at `dst` (shared::cluster, peer_address, 16-byte
+// aligned), completing on the partner's barrier at `bar` (shared::cluster) with 16 bytes of its
+// transaction count: the barrier's waiters see them. Non-blocking (st.async).
+KVQ_DEVICE void store_to_peer(uint32_t dst, uint4 v, uint32_t bar) {
+#if KVQ_MBARRIER_DEVICE
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(dst),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+               : "memory");
+#else
+  (void)dst, (void)v, (void)bar;
+#endif
+}
+
 // `bytes` (a multiple of 16) from this CTA's shared memory at `src` to the partner's at `dst`
 // (shared::cluster, peer_address), both 16-byte aligned, completing on the partner's barrier at
 // `bar` (shared::cluster): its waiters see the bytes. The copy reads `src` through the async proxy,

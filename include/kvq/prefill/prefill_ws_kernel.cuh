@@ -208,7 +208,6 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     auto issue = [&](int i, int si, int pi, uint32_t prev) {
       const int64_t t0 = int64_t(i) * BN;
       if (i >= S && i >= n_raw) mbarrier_wait(empty_at + 8 * si, prev);
-      if (i >= S && i >= n_raw && i - S < n_pair) mbarrier_wait(peer_empty_at + 8 * si, prev);  // see the decode below
       if (staged && i >= S) mbarrier_wait(raw_free_at + 8 * si, prev);  // tile i - S is done with the slot
       uint8_t* const raw_i = smem + L::raw_offset + size_t(si) * L::raw_slot;
       if (i < n_bulk) {
@@ -253,26 +252,23 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
           // Tile j - S released (at once when issue(j) waited already: tile j is not consumed
           // before this thread's arrive).
           if (j >= S) mbarrier_wait(empty_at + 8 * s, phase ^ 1u);
-          // Paired tile j - S: the partner's consumers are done with it, and so is our bulk copy of it
-          // out of this stage (its completion is on the partner's `full`), before the stage is rewritten.
-          if (j >= S && j - S < n_pair) mbarrier_wait(peer_empty_at + 8 * s, phase ^ 1u);
           const uint8_t* const raw_j = smem + L::raw_offset + size_t(s) * L::raw_slot;
           bool decoded = false;
           if constexpr (kPairs) {
             if (j < n_pair) {
-              // This CTA's role of tile j, here and (one bulk copy) in the partner's stage.
+              // This CTA's role of tile j, into its stage and (st.async, chunk by chunk as they are
+              // decoded) into the partner's, once the partner's consumers released tile j - S.
+              if (j >= S) mbarrier_wait(peer_empty_at + 8 * s, phase ^ 1u);
               const unsigned rank = cluster_rank();
-              const uint32_t mine = uint32_t(L::kv_offset + size_t(2 * s + int(rank)) * Tile::rows_bytes);
-              decode_full_tile_role<Cfg, BN, kPrefillWsProducers>(rank ? Role::kValue : Role::kKey, smem + mine, raw_j, tid);
-              fence_proxy_async_shared();  // this thread's writes, for the consumers' wgmma and the bulk copy
+              const PairChunks out{peer_address(sbase, rank ^ 1u) - sbase, peer_address(full_at + 8 * s, rank ^ 1u)};
+              decode_full_tile_role<Cfg, BN, kPrefillWsProducers>(rank ? Role::kValue : Role::kKey,
+                                                                  smem + L::kv_offset + size_t(2 * s + int(rank)) * Tile::rows_bytes,
+                                                                  raw_j, tid, out);
+              fence_proxy_async_shared();  // this thread's writes, for the consumers' wgmma
               if (tid == 0)
                 mbarrier_arrive_expect_tx(full_at + 8 * s, uint32_t(Tile::rows_bytes));  // + the partner's role
               else
                 mbarrier_arrive(full_at + 8 * s);
-              named_barrier_sync(2, kPrefillWsProducers);  // every producer thread's part is written and fenced
-              if (tid == 0)
-                bulk_copy_to_peer(peer_address(sbase + mine, rank ^ 1u), sbase + mine, uint32_t(Tile::rows_bytes),
-                                  peer_address(full_at + 8 * s, rank ^ 1u));
               decoded = true;
             }
           }
@@ -348,7 +344,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
       wgmma_wait<0>();  // O complete: stage j - 1 is free, O may be rescaled, pa rewritten
       wgmma_pin(o);
       mbarrier_arrive(&empty[(j - 1) % S]);
-      if (j - 1 < n_pair) {  // paired: the partner copied into this stage and may write it again
+      if (j - 1 + S < n_pair) {  // the partner writes tile j - 1 + S into this stage too
         __syncwarp();
         if (lane == 0) mbarrier_arrive_cluster(peer_empty_remote + 8u * unsigned((j - 1) % S));
       }

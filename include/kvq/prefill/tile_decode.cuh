@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "kvq/cache/config.hpp"
+#include "kvq/numeric/cluster.cuh"
 #include "kvq/numeric/mma.cuh"
 #include "kvq/numeric/wgmma.cuh"
 #include "kvq/prefill/kv_tile.cuh"
@@ -20,11 +21,25 @@
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
+// Where a decoded 16-byte chunk goes: this CTA's tile buffer (LocalChunks), or that and the same
+// place in the paired CTA's (PairChunks: st.async completing on the partner's `full` barrier;
+// prefill_ws_kernel.cuh).
+struct LocalChunks {
+  KVQ_DEVICE void put(uint8_t* at, uint4 v) const { *reinterpret_cast<uint4*>(at) = v; }
+};
+struct PairChunks {
+  uint32_t peer_delta;  // the partner's shared::cluster address of a location minus this CTA's
+  uint32_t peer_bar;    // the partner's barrier (shared::cluster address)
+  KVQ_DEVICE void put(uint8_t* at, uint4 v) const {
+    *reinterpret_cast<uint4*>(at) = v;
+    store_to_peer(static_cast<uint32_t>(__cvta_generic_to_shared(at)) + peer_delta, v, peer_bar);
+  }
+};
+
 // Row r, channels 8c .. 8c+7 of a tile buffer (k or v) in the model dtype.
-template <class T>
-KVQ_DEVICE void store_chunk(uint8_t* at, const float (&x)[kDecodeChunk]) {
-  *reinterpret_cast<uint4*>(at) =
-      make_uint4(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]), pack2<T>(x[4], x[5]), pack2<T>(x[6], x[7]));
+template <class T, class Out = LocalChunks>
+KVQ_DEVICE void store_chunk(uint8_t* at, const float (&x)[kDecodeChunk], const Out& out = Out{}) {
+  out.put(at, make_uint4(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]), pack2<T>(x[4], x[5]), pack2<T>(x[6], x[7])));
 }
 template <class Tile>
 KVQ_DEVICE void store_tile_chunk(uint8_t* dst, int r, int c, const float (&x)[kDecodeChunk]) {
@@ -99,14 +114,15 @@ struct FullTileKeys : ThreadRows<Tile, NT> {
     for (int i = 0; i < rows; ++i) w[i] = key_chunk_word<Q, Tile::D>(raw + Tile::kc, r0 + i, 8 * c);
     par = key_chunk_params<Q, Tile::D>(raw + Tile::kp, r0, 8 * c);
   }
-  KVQ_DEVICE void store(uint8_t* k, unsigned) const {
+  template <class Out = LocalChunks>
+  KVQ_DEVICE void store(uint8_t* k, unsigned, const Out& out = Out{}) const {
     const TileRun run = TileRun::of<Tile>(k, r0, c);  // r0 a multiple of rows, a power of two
     const KeyChunkParams sp = subnormal_key_params<Q>(par);
     KVQ_UNROLL
     for (int i = 0; i < rows; ++i) {
       float x[kDecodeChunk];
       decode_key_word_subnormal<Q>(w[i], sp, x);
-      store_chunk<typename Tile::T>(run.at(i), x);
+      store_chunk<typename Tile::T>(run.at(i), x, out);
     }
   }
 };
@@ -134,7 +150,8 @@ struct FullTileValues {
       par[i][1] = asym_params_at<Q, Role::kValue, D, Tile::SP>(raw + Tile::vp, t + 1, c0);
     }
   }
-  KVQ_DEVICE void store(uint8_t* v, unsigned tid) const {
+  template <class Out = LocalChunks>
+  KVQ_DEVICE void store(uint8_t* v, unsigned tid, const Out& out = Out{}) const {
     // Item i's pair is 2 i NT / (D/8) rows (a multiple of 8) below item 0's, in the same chunk.
     const TileRun run = TileRun::of<Tile>(v, token(tid, 0), chunk(tid, 0));
     KVQ_UNROLL
@@ -142,7 +159,7 @@ struct FullTileValues {
       float x[2][kDecodeChunk];
       decode_value_pair_subnormal<Q>(w[i], par[i][0], par[i][1], x);
       KVQ_UNROLL
-      for (int parity = 0; parity < 2; ++parity) store_chunk<typename Tile::T>(run.at(2 * i * NT / CH + parity), x[parity]);
+      for (int parity = 0; parity < 2; ++parity) store_chunk<typename Tile::T>(run.at(2 * i * NT / CH + parity), x[parity], out);
     }
   }
 };
@@ -168,13 +185,14 @@ struct FullTileInt8 : ThreadRows<Tile, NT> {
       scale[i] = reinterpret_cast<const float*>(raw + params)[r0 + i];
     }
   }
-  KVQ_DEVICE void store(uint8_t* dst, unsigned) const {
+  template <class Out = LocalChunks>
+  KVQ_DEVICE void store(uint8_t* dst, unsigned, const Out& out = Out{}) const {
     const TileRun run = TileRun::of<Tile>(dst, r0, c);
     KVQ_UNROLL
     for (int i = 0; i < rows; ++i) {
       float x[kDecodeChunk];
       decode_int8_words(w[i].x, w[i].y, scale[i], x);
-      store_chunk<typename Tile::T>(run.at(i), x);
+      store_chunk<typename Tile::T>(run.at(i), x, out);
     }
   }
 };
@@ -289,19 +307,20 @@ KVQ_HD_CONSTEXPR bool full_tiles_split_by_role() {
 }
 
 // One role of a full record tile (every one of its BN tokens a record token) from raw into dst
-// (that role's buffer), with NT threads: the other role is the partner CTA's.
+// (that role's buffer) and, through `out`, the partner CTA's same buffer, with NT threads: the
+// other role is the partner's.
 template <class Cfg, int BN_, int NT>
-KVQ_DEVICE void decode_full_tile_role(Role role, uint8_t* dst, const uint8_t* raw, unsigned tid) {
+KVQ_DEVICE void decode_full_tile_role(Role role, uint8_t* dst, const uint8_t* raw, unsigned tid, const PairChunks& out) {
   using Tile = KvTile<Cfg, BN_>;
   static_assert(full_tiles_split_by_role<Cfg, BN_, NT>(), "both roles have the fast path");
   if (role == Role::kKey) {
     FullTile<Tile, typename Cfg::k_quant, Role::kKey, NT> f;
     f.load(raw, tid);
-    f.store(dst, tid);
+    f.store(dst, tid, out);
   } else {
     FullTile<Tile, typename Cfg::v_quant, Role::kValue, NT> f;
     f.load(raw, tid);
-    f.store(dst, tid);
+    f.store(dst, tid, out);
   }
 }
 
