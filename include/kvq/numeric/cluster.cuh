@@ -1,8 +1,7 @@
 // kvq/numeric/cluster.cuh - what two CTAs of a thread-block cluster (sm_90) need to hand each other
 // shared-memory tiles: the CTA's rank in its cluster, the partner's address of a shared-memory
 // location (distributed shared memory), the cluster-wide barrier, arrivals on the partner's
-// mbarriers, and bulk copies from this CTA's shared memory into the partner's that complete on the
-// partner's mbarrier.
+// mbarriers, and stores into the partner's shared memory that complete on the partner's mbarrier.
 //
 // Addresses are 32-bit shared-window addresses. A CTA's own window address is also its
 // shared::cluster address; peer_address maps it to the same offset in the partner's window, which
@@ -91,20 +90,6 @@ KVQ_DEVICE void store_to_peer(uint32_t dst, uint4 v, uint32_t bar) {
                : "memory");
 #else
   (void)dst, (void)v, (void)bar;
-#endif
-}
-
-// `bytes` (a multiple of 16) from this CTA's shared memory at `src` to the partner's at `dst`
-// (shared::cluster, peer_address), both 16-byte aligned, completing on the partner's barrier at
-// `bar` (shared::cluster): its waiters see the bytes. The copy reads `src` through the async proxy,
-// so generic stores to it must be fenced (fence_proxy_async_shared) before the copy is issued.
-KVQ_DEVICE void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t bar) {
-#if KVQ_MBARRIER_DEVICE
-  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "r"(src), "r"(bytes), "r"(bar)
-               : "memory");
-#else
-  (void)dst, (void)src, (void)bytes, (void)bar;
 #endif
 }
 

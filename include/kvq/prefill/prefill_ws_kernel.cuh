@@ -94,11 +94,13 @@ struct PrefillWsSmem {
 // (full_tiles_split_by_role), the kernel runs in clusters of two CTAs, adjacent row tiles of one
 // (sequence, KV head), which attend to the same record prefix. Each full record tile (the tiles
 // below StagedPage::raw_only_tiles) is dequantized once for both: rank 0 dequantizes its keys, rank 1
-// its values, each into its own stage, then one bulk copy (cluster.cuh) puts them into the partner's
-// same stage, completing on the partner's `full` barrier. So each CTA's producers decode half of
-// those tiles; they are what limits the quantized kernels (bench/NOTES.md). A stage is refilled once
-// both CTAs' consumers released it (`empty`, and `peer_empty`, which the partner's consumer warps
-// arrive on). KVQ_PREFILL_WS_PAIRS=0 compiles the unpaired kernel (for measurements).
+// its values, each chunk stored into its own stage and, by st.async (cluster.cuh), into the
+// partner's same stage, completing on the partner's `full` barrier (whose thread 0 announces the
+// bytes with its arrival). So each CTA's producers decode half of those tiles; their per-tile chain
+// is what limits the quantized kernels (bench/NOTES.md). A CTA writes the partner's stage once the
+// partner's consumers released its previous tile (`peer_empty`, which the partner's consumer warps
+// arrive on). A CTA without a partner (ragged batches, the padding CTA of an odd row-tile count, a
+// launch without clusters) runs unpaired. KVQ_PREFILL_WS_PAIRS=0 compiles the unpaired kernel.
 #ifndef KVQ_PREFILL_WS_PAIRS
 #define KVQ_PREFILL_WS_PAIRS 1
 #endif
@@ -260,7 +262,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
               // decoded) into the partner's, once the partner's consumers released tile j - S.
               if (j >= S) mbarrier_wait(peer_empty_at + 8 * s, phase ^ 1u);
               const unsigned rank = cluster_rank();
-              const PairChunks out{peer_address(sbase, rank ^ 1u) - sbase, peer_address(full_at + 8 * s, rank ^ 1u)};
+              const PairChunks out{rank ^ 1u, peer_address(full_at + 8 * s, rank ^ 1u)};
               decode_full_tile_role<Cfg, BN, kPrefillWsProducers>(rank ? Role::kValue : Role::kKey,
                                                                   smem + L::kv_offset + size_t(2 * s + int(rank)) * Tile::rows_bytes,
                                                                   raw_j, tid, out);

@@ -28,11 +28,11 @@ struct LocalChunks {
   KVQ_DEVICE void put(uint8_t* at, uint4 v) const { *reinterpret_cast<uint4*>(at) = v; }
 };
 struct PairChunks {
-  uint32_t peer_delta;  // the partner's shared::cluster address of a location minus this CTA's
-  uint32_t peer_bar;    // the partner's barrier (shared::cluster address)
+  unsigned peer;      // the partner's rank in the cluster
+  uint32_t peer_bar;  // the partner's barrier (shared::cluster address)
   KVQ_DEVICE void put(uint8_t* at, uint4 v) const {
     *reinterpret_cast<uint4*>(at) = v;
-    store_to_peer(static_cast<uint32_t>(__cvta_generic_to_shared(at)) + peer_delta, v, peer_bar);
+    store_to_peer(peer_address(static_cast<uint32_t>(__cvta_generic_to_shared(at)), peer), v, peer_bar);
   }
 };
 
