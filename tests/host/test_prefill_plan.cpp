@@ -1,9 +1,11 @@
 // kvq::plan_prefill (host): the grid covers every query row of the longest chunk, the workspace
-// holds the transition records of every sequence, and bad shapes are refused with a Status.
+// holds the transition records of every sequence, and bad shapes are refused with a Status; the
+// paired CTAs' grid and pairing rule (prefill_ws_kernel.cuh).
 #include <doctest/doctest.h>
 
 #include <kvq/prefill/plan.hpp>
 
+#include <cstdlib>
 #include <initializer_list>
 
 namespace {
@@ -47,4 +49,33 @@ TEST_CASE("prefill plan: bad shapes are refused with the Status that names the p
   kvq::PrefillShape odd_r = shape(2, 8, 2, 1000, 10, 20);
   odd_r.residual = 100;  // not a multiple of the page
   CHECK(kvq::plan_prefill(odd_r, 128, 64, 6144, 64, &p) == kvq::Status::kConfigMismatch);
+}
+
+TEST_CASE("prefill plan: paired CTAs: the grid rounds the row tiles up to even, pairs are adjacent tiles, both CTAs decide alike") {
+  using kvq::prefill_cta_tile;
+  using kvq::prefill_paired_grid_tiles;
+  CHECK(prefill_paired_grid_tiles(1) == 2);
+  CHECK(prefill_paired_grid_tiles(4) == 4);
+  CHECK(prefill_paired_grid_tiles(7) == 8);
+  CHECK(prefill_paired_grid_tiles(INT32_MAX) == int64_t(INT32_MAX) + 1);  // beyond the grid: the launch refuses it
+  // 3 row tiles (grid 4): CTA x holds tile 2 - x, the padding CTA 3 none; CTAs 0 / 1 and 2 / 3 pair.
+  CHECK(prefill_cta_tile(3, 0) == 2);
+  CHECK(prefill_cta_tile(3, 2) == 0);
+  CHECK(prefill_cta_tile(3, 3) == -1);
+  CHECK(prefill_cta_tile(3, 0 ^ 1u) == 1);
+  // The kernel's rule (prefill_ws_kernel.cuh): a CTA with rows pairs when its partner's tile holds
+  // rows too. For every grid and sequence length, a CTA that pairs has a partner that pairs back,
+  // and the padding CTA never holds rows.
+  const int bm = 128;
+  auto has_rows = [&](int tile, int rows) { return tile >= 0 && tile * bm < rows; };
+  for (int32_t n : {1, 2, 3, 4, 5})
+    for (int rows = 0; rows <= n * bm; ++rows)
+      for (unsigned x = 0; x < unsigned(prefill_paired_grid_tiles(n)); ++x) {
+        const int tile = prefill_cta_tile(n, x), peer = prefill_cta_tile(n, x ^ 1u);
+        CHECK(tile >= -1);
+        CHECK(tile < n);
+        CHECK(prefill_cta_tile(n, x ^ 1u ^ 1u) == tile);
+        if (tile < 0) CHECK_FALSE(has_rows(tile, rows));
+        if (has_rows(tile, rows) && has_rows(peer, rows)) CHECK(std::abs(tile - peer) == 1);
+      }
 }

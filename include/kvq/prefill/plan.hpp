@@ -72,6 +72,16 @@ struct PrefillPlan {
   size_t transition_offset, workspace_bytes;
 };
 
+// Paired CTAs of the warp-specialized kernel (prefill_ws_kernel.cuh) come in clusters of two along
+// the row tiles: the grid holds the row tiles rounded up to even (the last CTA of an odd count has
+// no rows), and CTA x (row tile row_tiles - 1 - x) pairs with CTA x ^ 1.
+KVQ_HD int64_t prefill_paired_grid_tiles(int32_t row_tiles) { return (int64_t(row_tiles) + 1) / 2 * 2; }
+// The row tile of CTA x (the longest rows, the latest tokens, first); -1 for the padding CTA of an
+// odd count. The warp-specialized kernel's CTA x pairs with CTA x ^ 1 when both tiles hold rows of
+// the sequence (tile >= 0 and tile * rows_per_cta < its rows); both CTAs of a cluster decide from the
+// same sequence, so they decide alike.
+KVQ_HD int prefill_cta_tile(int32_t row_tiles, unsigned x) { return row_tiles - 1 - int(x); }
+
 inline Status plan_prefill(const PrefillShape& s, int head_dim, int page, size_t record_bytes, int rows_per_cta,
                            PrefillPlan* plan) {
   if (!plan) return Status::kNullPointer;

@@ -40,8 +40,9 @@ Status launch_prefill_kernel(void (*kernel)(CacheView<T>, AttentionBatch<T>, Pre
                              bool pairs = false) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::kCudaError;
-  const unsigned row_tiles = pairs ? unsigned(plan.row_tiles + 1) / 2u * 2u : unsigned(plan.row_tiles);
-  const dim3 grid(row_tiles, unsigned(batch.batch), unsigned(cache.num_kv_heads));
+  const int64_t row_tiles = pairs ? prefill_paired_grid_tiles(plan.row_tiles) : int64_t(plan.row_tiles);
+  if (row_tiles > INT32_MAX) return Status::kInvalidShape;  // the grid's x limit
+  const dim3 grid(unsigned(row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads));
   if (!pairs) {
     kernel<<<grid, threads, smem, stream>>>(cache, batch, plan, transition, out, flags);
     return Status::kSuccess;

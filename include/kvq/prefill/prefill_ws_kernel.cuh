@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
   __shared__ int bad;
 
   constexpr bool kPairs = prefill_ws_paired<Cfg, BN>();
-  const int tile = plan.row_tiles - 1 - int(blockIdx.x);  // the longest rows (latest tokens) first
+  const int tile = prefill_cta_tile(plan.row_tiles, blockIdx.x);  // the longest rows (latest tokens) first
   if (kPairs && tile < 0) return;  // the padding CTA of an odd row-tile count (no rows, not paired)
   const int b = blockIdx.y, h = blockIdx.z;
   const int group = a.num_q_heads / v.num_kv_heads;
@@ -149,10 +149,10 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
   const int rows = cr.rows, row0 = cr.row0;
   const TileSource<T> src = prefill_tile_source<Cfg>(v, a, plan, transition, s, cr.last_pos, b, h);
   const int ntiles = int((src.kv_end + BN - 1) / BN);
-  // Paired with the partner (rank ^ 1, row tile `peer_tile`) when both hold rows of the sequence
+  // Paired with the partner (rank ^ 1, CTA blockIdx.x ^ 1) when both hold rows of the sequence
   // (each CTA decides it from the same sequence, so both decide alike), the prefix has full record
   // tiles and the launch made clusters of two: tiles j < n_pair are then decoded by role.
-  const int peer_tile = plan.row_tiles - 1 - int(blockIdx.x ^ 1u);
+  const int peer_tile = prefill_cta_tile(plan.row_tiles, blockIdx.x ^ 1u);
   const int full_tiles = kPairs ? Tile::raw_only_tiles(src.rec_end) : 0;
   const bool paired = kPairs && full_tiles > 0 && peer_tile >= 0 && peer_tile * BM < rows && cluster_size() == 2u;
   const int n_pair = paired ? full_tiles : 0;  // tiles j < n_pair are decoded by role
