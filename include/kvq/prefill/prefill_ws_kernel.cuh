@@ -108,7 +108,7 @@ template <class Cfg, int BN>
 KVQ_HD_CONSTEXPR bool prefill_ws_paired() {
   return KVQ_PREFILL_WS_PAIRS != 0 && full_tiles_split_by_role<Cfg, BN, kPrefillWsProducers>();
 }
-constexpr int kPrefillWsConsumerWarps = 8;
+constexpr int kPrefillWsConsumerWarps = (kPrefillWsThreads - kPrefillWsProducers) / 32;  // what peer_empty counts
 
 template <class Cfg, int BN>
 __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas needs the entry register count for setmaxnreg
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     wgmma_pin(o);
     store_rows<T, D>(o, l, wr0 + g, rows, group, s.q0, a.num_q_heads, h, i, out);
   }
-  if (paired) cluster_sync();  // neither CTA exits while the other may still copy into it or arrive on it
+  if (paired) cluster_sync();  // neither CTA exits while the other may still store into it or arrive on it
 #else
   // Not sm_90a code: prefill_impl.cuh never launches this kernel without it (wgmma_available).
   (void)v, (void)a, (void)plan, (void)transition, (void)out, (void)flags;
