@@ -23,7 +23,7 @@ void check_all_positions() {
     const int t = offset_code_target<Bits>(p);
     CHECK(t + Bits <= 10);  // the code fits the mantissa
     const float offset = float(offset_code_offset<Bits>(p));
-    CHECK(offset <= 16.0f);
+    CHECK(offset <= 64.0f);
     CHECK(half_value(offset_code_neg_offset_pair<Bits>(p), 0) == -offset);
     CHECK(half_value(offset_code_neg_offset_pair<Bits>(p), 1) == -offset);
     for (int trial = 0; trial < 200; ++trial) {
@@ -39,11 +39,23 @@ void check_all_positions() {
 
 }  // namespace
 
-TEST_CASE("offset codes: INT2 at every position is (offset + code) exactly, offsets 16 and 4") {
-  check_all_positions<2>();
-  // positions 4m and 4m + 2 share one rotation (4 rotations per word of 8 pairs)
-  for (int p = 0; p < 16; p += 4)
-    CHECK(kvq::detail::offset_code_rotation<2>(p) == kvq::detail::offset_code_rotation<2>(p + 2));
+// Left rotations other than 0 a word of packed pairs needs.
+template <int Bits>
+int nonzero_rotations() {
+  int seen[32] = {}, n = 0;
+  for (int p = 0; p < 16; p += Bits) {
+    const int r = kvq::detail::offset_code_rotation<Bits>(p);
+    if (r != 0 && !seen[r]++) ++n;
+  }
+  return n;
 }
 
-TEST_CASE("offset codes: INT4 at every position is (offset + code) exactly, offset 16") { check_all_positions<4>(); }
+TEST_CASE("offset codes: INT2 at every position is (offset + code) exactly, offsets 64, 16 and 4") {
+  check_all_positions<2>();
+  CHECK(nonzero_rotations<2>() == 2);  // a word's 8 pairs: positions 4, 6, 8 unrotated, two rotations for the rest
+}
+
+TEST_CASE("offset codes: INT4 at every position is (offset + code) exactly, offsets 64 and 16") {
+  check_all_positions<4>();
+  CHECK(nonzero_rotations<4>() == 3);
+}

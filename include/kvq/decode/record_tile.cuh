@@ -22,10 +22,12 @@
 //       32(u/4) + 4g + u%4 (v_channel).
 //     Otherwise: lane g reads its own eighth of each row, D/8 consecutive channels; m-tile mt row
 //       g is its channel 2mt, row g+8 its channel 2mt+1.
-// INT2/INT4 codes enter the mma as exact fp16 (offset + code) pairs (quant/offset_code.hpp: a
-// rotation and one LOP3). Keys: the per-channel scale is in the query operand, the offsets and the
-// zero points in a per-row bias. Blocked values: the token's group scale is in the probabilities
-// (P' = P s, the B operand), and two sums per block restore O = A - offset . sum P' + sum P z.
+// INT2/INT4 keys enter the mma as exact fp16 (offset + code) pairs (quant/offset_code.hpp: a
+// rotation and one LOP3): the per-channel scale is in the query operand, the offsets and the zero
+// points in a per-row bias. Blocked values enter as exact fp16 subnormals code * 2^(q - 24)
+// (quant/subnormal_code.hpp: a shift and one AND): the token's group scale is in the
+// probabilities (P' = P s, the B operand), the factor 2^(q - 24) of each channel leaves the fp32
+// sums once per split, and one running sum per block restores O = 2^(24 - q) A + sum P z.
 // Other INT2/INT4 values: (magic + code) by one OR, the code by one exact subtraction, scale and
 // zero point by one fma.
 #pragma once
@@ -38,6 +40,7 @@
 #include "kvq/quant/formats.hpp"
 #include "kvq/quant/offset_code.hpp"
 #include "kvq/quant/packing.hpp"
+#include "kvq/quant/subnormal_code.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -118,9 +121,21 @@ struct RecordTile {
   KVQ_HD_CONSTEXPR static int k_word_offset(int i, int w) {
     return k_chunked ? (i + 4 * (w / 4)) * 16 + 4 * (w % 4) : i * k_share + 4 * w;
   }
-  // Channel of lane i's pair j (j = 2 * kstep + half).
+  // Position in its word (the pair's bit is KQ::bits times it) of lane i's pair j, which feeds
+  // k-step j / 2. INT2 takes a word's positions in the order 0 1 2 3 5 6 4 7, so that the two pairs
+  // of every k-step carry the offsets (64, 16) or (4, 4) (quant/offset_code.hpp) and two quads of
+  // key offsets serve all k-steps; the others in order.
+  KVQ_HD_CONSTEXPR static int k_pos(int j) {
+    const int q = j % k_pairs_per_word;
+    return k_asym && KQ::bits == 2 && q >= 4 ? (0x7465 >> (4 * (q - 4))) & 0xF : q;
+  }
+  // Channel of lane i's pair j (j = 2 * kstep + half), and of its pair at position index jp
+  // (the word's pairs in bit order).
+  KVQ_HD_CONSTEXPR static int k_pos_channel(int i, int jp) {
+    return k_word_offset(i, jp / k_pairs_per_word) * 8 / KQ::bits + 2 * (jp % k_pairs_per_word);
+  }
   KVQ_HD_CONSTEXPR static int k_channel(int i, int j) {
-    return k_word_offset(i, j / k_pairs_per_word) * 8 / KQ::bits + 2 * (j % k_pairs_per_word);
+    return k_pos_channel(i, j - j % k_pairs_per_word + k_pos(j));
   }
 
   template <int N>
@@ -176,7 +191,7 @@ struct RecordTile {
   // Pair j of lane i as A operand: INT2/INT4 (offset + code) in fp16, INT8 the codes, "none" the values.
   KVQ_DEVICE static uint32_t k_pair(const uint32_t (&w)[k_words], int j) {
     const uint32_t x = w[j / k_pairs_per_word];
-    const int pw = j % k_pairs_per_word;
+    const int pw = k_pos(j);
     if constexpr (k_asym) {
       return offset_code_pair<KQ::bits>(x, KQ::bits * pw);  // exact
     } else if constexpr (k_int8) {
@@ -186,39 +201,58 @@ struct RecordTile {
     }
   }
   // Lane i's 2 * D/16 key-parameter pairs (scales or zero points of its channels, fp16), in pair
-  // order j (pair j covers channels k_channel(i, j) and +1): 16-byte loads where the lane's pairs
-  // run in aligned fours (every layout but the chunked ones).
+  // order j (pair j covers channels k_channel(i, j) and +1): read in position order, with 16-byte
+  // loads where the lane's positions run in aligned fours (every layout but the chunked ones), then
+  // renamed (the order is a compile-time permutation: no instructions).
   KVQ_HD_CONSTEXPR static bool k_param_runs4() {
     for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < D / 8; ++j)
-        if (k_channel(i, j) / 2 != k_channel(i, j - j % 4) / 2 + j % 4 || k_channel(i, j - j % 4) / 2 % 4 != 0) return false;
+      for (int jp = 0; jp < D / 8; ++jp)
+        if (k_pos_channel(i, jp) / 2 != k_pos_channel(i, jp - jp % 4) / 2 + jp % 4 || k_pos_channel(i, jp - jp % 4) / 2 % 4 != 0)
+          return false;
     return true;
   }
   KVQ_DEVICE static void load_k_param_pairs(const uint8_t* params, int i, uint32_t (&w)[D / 8]) {
     const uint32_t* p = reinterpret_cast<const uint32_t*>(params);
+    uint32_t x[D / 8];  // position order
     if constexpr (k_param_runs4()) {
       KVQ_UNROLL
       for (int r = 0; r < D / 32; ++r) {
-        const uint4 x = *reinterpret_cast<const uint4*>(p + k_channel(i, 4 * r) / 2);
-        w[4 * r] = x.x, w[4 * r + 1] = x.y, w[4 * r + 2] = x.z, w[4 * r + 3] = x.w;
+        const uint4 y = *reinterpret_cast<const uint4*>(p + k_pos_channel(i, 4 * r) / 2);
+        x[4 * r] = y.x, x[4 * r + 1] = y.y, x[4 * r + 2] = y.z, x[4 * r + 3] = y.w;
       }
     } else {
       KVQ_UNROLL
-      for (int j = 0; j < D / 8; ++j) w[j] = p[k_channel(i, j) / 2];
+      for (int jp = 0; jp < D / 8; ++jp) x[jp] = p[k_pos_channel(i, jp) / 2];
     }
+    KVQ_UNROLL
+    for (int j = 0; j < D / 8; ++j) w[j] = x[j - j % k_pairs_per_word + k_pos(j)];
   }
-  // -offset of pair j (both halves), for the key bias: the A operand of -offset . Q''. The same for
-  // every k-step (pairs 2kk and 2kk + 1 sit at the same bits of their words), so one quad
-  // {k_neg_offset(0) x 2, k_neg_offset(1) x 2} serves all of them.
+  // -offset of pair j (both halves), for the key bias: the A operand of -offset . Q''. Pairs 2kk
+  // and 2kk + 1 of every word-sized run of k-steps sit at the same positions, and k_pos makes the
+  // quads {k_neg_offset(2kk) x 2, k_neg_offset(2kk + 1) x 2} take at most two values: quad
+  // k_offset_quad(kk) of k_offset_quads().
   KVQ_HD_CONSTEXPR static uint32_t k_neg_offset(int j) {
-    return k_asym ? offset_code_neg_offset_pair<(k_asym ? KQ::bits : 2)>(KQ::bits * (j % k_pairs_per_word)) : 0u;
+    return k_asym ? offset_code_neg_offset_pair<(k_asym ? KQ::bits : 2)>(KQ::bits * k_pos(j)) : 0u;
   }
-  KVQ_HD_CONSTEXPR static bool k_offsets_per_kstep_uniform() {
+  KVQ_HD_CONSTEXPR static bool k_same_offsets(int kk, int kk2) {
+    return k_neg_offset(2 * kk) == k_neg_offset(2 * kk2) && k_neg_offset(2 * kk + 1) == k_neg_offset(2 * kk2 + 1);
+  }
+  KVQ_HD_CONSTEXPR static int k_second_quad() {  // the first k-step whose quad differs from k-step 0's (0: none)
     for (int kk = 0; kk < D / 16; ++kk)
-      if (k_neg_offset(2 * kk) != k_neg_offset(0) || k_neg_offset(2 * kk + 1) != k_neg_offset(1)) return false;
+      if (!k_same_offsets(kk, 0)) return kk;
+    return 0;
+  }
+  KVQ_HD_CONSTEXPR static int k_offset_quad(int kk) { return k_same_offsets(kk, 0) ? 0 : 1; }
+  KVQ_HD_CONSTEXPR static bool k_two_offset_quads() {
+    for (int kk = 0; kk < D / 16; ++kk)
+      if (!k_same_offsets(kk, 0) && !k_same_offsets(kk, k_second_quad())) return false;
     return true;
   }
-  static_assert(!k_asym || k_offsets_per_kstep_uniform(), "one key-offset quad serves every k-step");
+  static_assert(!k_asym || k_two_offset_quads(), "two key-offset quads serve every k-step");
+  // Word e (0-3) of quad q: {pair 2kk's offset, the same, pair 2kk + 1's, the same} of its k-step.
+  KVQ_HD_CONSTEXPR static uint32_t k_offset_quad_word(int q, int e) {
+    return k_neg_offset(2 * (q == 0 ? 0 : k_second_quad()) + e / 2);
+  }
 
   // ---- V operand ----
   static constexpr bool v_packed = v_asym;
@@ -282,18 +316,10 @@ struct RecordTile {
   }
 
   // ---- blocked values ----
-  // Rotations lane g applies to a word (INT2: channels e and e+1 share one).
-  static constexpr int v_rots = VQ::bits == 2 ? 2 : 4;
-  // Word of block B lane g reads in a token-pair unit, and the bit of its first channel there.
+  // Word of block B lane g reads in a token-pair unit, and the bit of its first channel there
+  // (both half-words).
   KVQ_DEVICE static int v_block_word(int B, int g) { return 32 / v_cpw * B + 4 * g / v_cpw; }
   KVQ_DEVICE static int v_lane_bit(int g) { return VQ::bits * ((4 * g) % v_cpw); }
-  KVQ_DEVICE static void v_rotations(int g, int (&r)[v_rots]) {
-    KVQ_UNROLL
-    for (int k = 0; k < v_rots; ++k) {
-      const int e = VQ::bits == 2 ? 2 * k : k;  // lane channel 4g + e sits at bit v_lane_bit + bits * e
-      r[k] = (offset_code_rotation<VQ::bits>(VQ::bits * e) - v_lane_bit(g)) & 31;
-    }
-  }
 
   struct VBlockPair {
     uint32_t w[v_blocks];  // one token pair's word of each block
@@ -303,14 +329,15 @@ struct RecordTile {
     KVQ_UNROLL
     for (int B = 0; B < v_blocks; ++B) v.w[B] = unit[v_block_word(B, g)];
   }
-  // List index u as A operand: (offset + code) in fp16 of channel v_channel(g, u), tokens (2p, 2p+1).
-  KVQ_DEVICE static uint32_t v_pair_blocked(const VBlockPair& v, int u, const int (&rot)[v_rots]) {
-    const int e = u % 4;
-    return offset_code_at<VQ::bits>(rotate_left(v.w[u / 4], rot[VQ::bits == 2 ? e / 2 : e]),
-                                    offset_code_target<VQ::bits>(VQ::bits * e));
+  // List index u as A operand: the codes of channel v_channel(g, u), tokens (2p, 2p+1), as fp16
+  // subnormals code * 2^(q - 24), q = subnormal_value_bit(u % 4) (quant/subnormal_code.hpp: one
+  // shift a word, shared by its four channels for INT2, and one AND a pair). No offset: the mma's
+  // sums of list index u carry the factor 2^(q - 24), which v_code_unit(u) removes once per split.
+  KVQ_DEVICE static uint32_t v_pair_blocked(const VBlockPair& v, int u, int lane_bit) {
+    return subnormal_value_pair<VQ::bits>(v.w[u / 4], lane_bit, u % 4);
   }
-  // The offset list index u carries (the same for every lane).
-  KVQ_DEVICE static float v_offset(int u) { return float(offset_code_offset<VQ::bits>(VQ::bits * (u % 4))); }
+  // 2^(24 - q) of list index u (the same for every lane).
+  KVQ_DEVICE static float v_code_unit(int u) { return subnormal_unit(subnormal_value_bit<VQ::bits>(u % 4)); }
   // Scales of every block for tokens (2p, 2p+1), as fp16 pairs: each token's row of group scales
   // is read whole (one load of v_groups * 2 bytes), then one byte permute per block.
   KVQ_DEVICE static void v_block_scales(const uint8_t* tile, int p, uint32_t (&s)[v_blocks]) {

@@ -17,10 +17,9 @@
 // S = 2^e ((offset + code) . Q'' + bias). INT8 keys enter as exact codes and the token scale
 // multiplies S.
 // Values, INT2/INT4 with groups of a multiple of 32 channels ("blocked", record_tile.cuh): the
-// codes enter an fp16 mma as exact (offset + code) pairs, the token's group scale is in the
-// probabilities (P'_B = P s_B per 32-channel block B), and per block and row two running sums,
-// SS_B = sum P'_B (an mma of ones) and ZZ_B = sum P z_B (an mma of the zero points), restore
-// O = A - offset SS_B + ZZ_B once per split. Other values are dequantized in registers (INT2/INT4
+// codes enter an fp16 mma as exact subnormals code * 2^(q - 24), the token's group scale is in the
+// probabilities (P'_B = P s_B per 32-channel block B), and per block and row one running sum,
+// ZZ_B = sum P z_B (an mma of the zero points), restores O = 2^(24 - q) A + ZZ_B once per split. Other values are dequantized in registers (INT2/INT4
 // with smaller groups: shift, OR, exact subtract, one fma with the token's scale and zero). The
 // split's partial output and (max, sum) per row go to the workspace; the merge kernel of
 // decode_impl.cuh combines splits and the tail (hot rows + new tokens).
@@ -56,11 +55,11 @@ struct RecordsSmem {
   static constexpr int qz_stride = D / 8 + 4;
   static constexpr size_t qs_bytes = size_t(rows) * D * 4;
   static constexpr size_t qz_bytes = size_t(rows / 8) * 32 * qz_stride * 4;
-  // consts: 3 quads of mma A operands the loop reuses (SS ones in rows 0-7, in rows 8-15, key
-  // offsets), read back from shared memory: ptxas then copies them from uniform registers instead
-  // of rebuilding the immediates before every mma (1294 -> 1274 instructions per INT2 macro-iteration).
+  // consts: the two quads of key offsets (mma A operands the loop reuses), read back from shared
+  // memory: ptxas then copies them from uniform registers instead of rebuilding the immediates
+  // before every mma (1294 -> 1274 instructions per INT2 macro-iteration with three quads).
   static constexpr size_t consts_offset = align16(qs_bytes + qz_bytes + size_t(rows) * 4);
-  static constexpr size_t q_bytes = (consts_offset + 48 + 127) / 128 * 128;  // the rings start 128-byte aligned
+  static constexpr size_t q_bytes = (consts_offset + 32 + 127) / 128 * 128;  // the rings start 128-byte aligned
   static constexpr size_t ring_bytes = size_t(kDecodeWarps) * stages * Tile::bytes;
   static constexpr size_t red_bytes = size_t(kDecodeWarps) * rows * (D + 2) * 4;
   static constexpr size_t bytes = q_bytes + (ring_bytes > red_bytes ? ring_bytes : red_bytes);
@@ -163,35 +162,28 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
       }
   }
 
-  // Blocked values: ss[nt][B / 2] holds SS_B in rows 0-7 (B even) or 8-15 (B odd) of an mma
-  // accumulator, zz[nt] ZZ_B in row B; vrot: this lane's rotations of the value words.
+  // Blocked values: zz[nt] holds ZZ_B in row B of an mma accumulator; vbit: the bit of this lane's
+  // first channel in a value word.
   constexpr bool VB = Tile::v_blocked;
-  constexpr int NB = Tile::v_blocks, NB2 = VB ? (NB + 1) / 2 : 1;
-  float m[NT][2], l[NT][2], o[NT][MT][4], ss[NT][NB2][4], zz[NT][4];
+  constexpr int NB = Tile::v_blocks;
+  float m[NT][2], l[NT][2], o[NT][MT][4], zz[NT][4];
   KVQ_UNROLL
   for (int nt = 0; nt < NT; ++nt) {
     m[nt][0] = m[nt][1] = -INFINITY;
     l[nt][0] = l[nt][1] = 0.0f;
     KVQ_UNROLL
     for (int mt = 0; mt < MT; ++mt) o[nt][mt][0] = o[nt][mt][1] = o[nt][mt][2] = o[nt][mt][3] = 0.0f;
-    KVQ_UNROLL
-    for (int b = 0; b < NB2; ++b) ss[nt][b][0] = ss[nt][b][1] = ss[nt][b][2] = ss[nt][b][3] = 0.0f;
     zz[nt][0] = zz[nt][1] = zz[nt][2] = zz[nt][3] = 0.0f;
   }
-  int vrot[Tile::v_rots];
-  if constexpr (VB) Tile::v_rotations(g, vrot);
-  uint32_t ones_lo[4], ones_hi[4], koff[4];  // A of SS (rows 0-7, rows 8-15); -offsets of the key pairs
+  const int vbit = VB ? Tile::v_lane_bit(g) : 0;
+  uint32_t koff[2][4];  // the two quads of -offsets of the key pairs (A of the key bias)
   {
     uint32_t* cw = reinterpret_cast<uint32_t*>(smem + L::consts_offset);
     __syncthreads();  // every warp has read qs (the writes below do not overlap it, the reads after do not race)
-    if (threadIdx.x < 12) {
-      constexpr uint32_t one = Half2Consts<fp16>::one;
-      const int q = threadIdx.x / 4, e = threadIdx.x % 4;
-      cw[threadIdx.x] = q == 0 ? (e % 2 ? 0u : one) : q == 1 ? (e % 2 ? one : 0u) : Tile::k_neg_offset(e / 2);
-    }
+    if (threadIdx.x < 8) cw[threadIdx.x] = Tile::k_offset_quad_word(threadIdx.x / 4, threadIdx.x % 4);
     __syncthreads();
     KVQ_UNROLL
-    for (int e = 0; e < 4; ++e) ones_lo[e] = cw[e], ones_hi[e] = cw[4 + e], koff[e] = cw[8 + e];
+    for (int e = 0; e < 8; ++e) koff[e / 4][e % 4] = cw[e];
   }
   // Logits in log2 units: x = S pre (pre = 2^e softmax_scale log2(e)), or with a softcap
   // x = softcap log2(e) tanh(S pre) (pre = 2^e softmax_scale / softcap).
@@ -227,18 +219,28 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   }
   const int nmacro = (ntiles + U - 1) / U;
   // Record (+ 16 * lane) of the warp's page kp (page base / P + 4 kp of the sequence): record
-  // (page, h) of a pool lies at pool + h * record_bytes + page * stride, so one 64-bit multiply-add
-  // from bases computed once. Past the warp's last page: its last page again (copied into a stage
-  // the loop never reads, so the copy path has no branch; the bytes come from L2).
+  // (page, h) of a pool lies at pool + h * record_bytes + page * stride. The warp computes these
+  // addresses 32 pages at a time, lane k the record of page 32 c + k (one coalesced block-table
+  // read, the 64-bit arithmetic once per 32 pages), and a page turn takes its address from lane
+  // kp % 32 by a shuffle. Past the warp's last page: its last page again (copied into a stage the
+  // loop never reads, so the copy path has no branch; the bytes come from L2).
   const int64_t stride = int64_t(v.num_kv_heads) * int64_t(Cfg::record_bytes);
   const int64_t page0 = base / P, cold_pages = s.cold / P;
   const int32_t* bt_row = v.block_table + int64_t(b) * v.max_pages_per_seq + page0;
   const int cold_rel = cold_pages - page0 < int64_t(4) * npages ? int(cold_pages - page0) : 4 * npages;  // may be < 0
-  const uint8_t* cold_h = v.cold + int64_t(h) * int64_t(Cfg::record_bytes) + 16 * lane;
-  const uint8_t* trans_h = transition + int64_t(h) * int64_t(Cfg::record_bytes) + 16 * lane;
+  const uint8_t* const cold_h = v.cold + int64_t(h) * int64_t(Cfg::record_bytes);
+  const uint8_t* const trans_h = transition + int64_t(h) * int64_t(Cfg::record_bytes);
+  unsigned long long lane_record = 0;  // record of page 32 * record_chunk + lane (clamped to the last)
+  int record_chunk = -1;
   auto page_record = [&](int kp) -> const uint8_t* {
-    const int rel = 4 * (kp < npages ? kp : npages - 1);
-    return rel < cold_rel ? cold_h + int64_t(bt_row[rel]) * stride : trans_h + (rel + page0 - cold_pages) * stride;
+    kp = kp < npages ? kp : npages - 1;
+    if (kp / 32 != record_chunk) {  // warp-uniform: once per 32 pages
+      record_chunk = kp / 32;
+      const int kl = 32 * record_chunk + lane, rel = 4 * (kl < npages ? kl : npages - 1);
+      const uint8_t* r = rel < cold_rel ? cold_h + int64_t(bt_row[rel]) * stride : trans_h + (rel + page0 - cold_pages) * stride;
+      lane_record = reinterpret_cast<unsigned long long>(r);
+    }
+    return reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, lane_record, kp % 32)) + 16 * lane;
   };
   // Records of macro-iteration mm's pages.
   auto macro_records = [&](int mm, const uint8_t* (&r)[NPM]) {
@@ -287,8 +289,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
         KVQ_UNROLL
         for (int h2 = 0; h2 < 2; ++h2) {
           const int kk = 2 * kp + h2;
-          mma16816<fp16>(h2 ? oo : oe, koff, qb[nt][kk][0], qb[nt][kk][1]);
-          if constexpr (KSPLIT) mma16816<fp16>(h2 ? oo : oe, koff, qlo[nt][kk][0], qlo[nt][kk][1]);
+          const uint32_t(&ko)[4] = koff[Tile::k_offset_quad(kk)];
+          mma16816<fp16>(h2 ? oo : oe, ko, qb[nt][kk][0], qb[nt][kk][1]);
+          if constexpr (KSPLIT) mma16816<fp16>(h2 ? oo : oe, ko, qlo[nt][kk][0], qlo[nt][kk][1]);
         }
       }
       const float zq = ze[0] + zo[2];  // head nt * 8 + g
@@ -348,13 +351,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
         for (int nt = 0; nt < NT; ++nt) pp[nt][B][0] = hmul2<fp16>(pb[nt][0], s0[B]), pp[nt][B][1] = hmul2<fp16>(pb[nt][1], s1[B]);
       KVQ_UNROLL
       for (int mt = 0; mt < MT; ++mt) {
-        const uint32_t va[4] = {Tile::v_pair_blocked(v0, 2 * mt, vrot), Tile::v_pair_blocked(v0, 2 * mt + 1, vrot),
-                                Tile::v_pair_blocked(v1, 2 * mt, vrot), Tile::v_pair_blocked(v1, 2 * mt + 1, vrot)};
+        const uint32_t va[4] = {Tile::v_pair_blocked(v0, 2 * mt, vbit), Tile::v_pair_blocked(v0, 2 * mt + 1, vbit),
+                                Tile::v_pair_blocked(v1, 2 * mt, vbit), Tile::v_pair_blocked(v1, 2 * mt + 1, vbit)};
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt)
           if (NT == 1 || nt < active_nt) mma16816<fp16>(o[nt][mt], va, pp[nt][mt / 2][0], pp[nt][mt / 2][1]);
       }
-      // Running sums: ZZ_B (row B = lane g's block, its zero points) and SS_B (ones).
+      // Running sums ZZ_B (row B = lane g's block, its zero points).
       const uint32_t z0 = g < NB ? Tile::v_block_params(tile, i, g, 1) : 0u;
       const uint32_t z1 = g < NB ? Tile::v_block_params(tile, i + 4, g, 1) : 0u;
       const uint32_t za[4] = {z0, 0u, z1, 0u};
@@ -362,8 +365,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
       for (int nt = 0; nt < NT; ++nt) {
         if (NT > 1 && nt >= active_nt) break;
         mma16816<fp16>(zz[nt], za, pb[nt][0], pb[nt][1]);
-        KVQ_UNROLL
-        for (int B = 0; B < NB; ++B) mma16816<fp16>(ss[nt][B / 2], B % 2 ? ones_hi : ones_lo, pp[nt][B][0], pp[nt][B][1]);
       }
     } else {
       typename Tile::VPair v0, v1;
@@ -432,11 +433,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
           o[nt][mt][0] *= cr[0], o[nt][mt][2] *= cr[0];
           o[nt][mt][1] *= cr[1], o[nt][mt][3] *= cr[1];
         }
-        if constexpr (VB) {
-          KVQ_UNROLL
-          for (int b = 0; b < NB2; ++b) ss[nt][b][0] *= cr[0], ss[nt][b][2] *= cr[0], ss[nt][b][1] *= cr[1], ss[nt][b][3] *= cr[1];
-          zz[nt][0] *= cr[0], zz[nt][1] *= cr[1];
-        }
+        if constexpr (VB) zz[nt][0] *= cr[0], zz[nt][1] *= cr[1];
       }
       KVQ_UNROLL
       for (int w = 0; w < W; ++w) {
@@ -478,18 +475,18 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
 
-  if constexpr (VB) {  // O = A - offset SS_B + ZZ_B (ZZ_B from lane (B, i))
+  if constexpr (VB) {  // O = 2^(24 - q) A + ZZ_B (ZZ_B from lane (B, i))
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh)
         KVQ_UNROLL
         for (int B = 0; B < NB; ++B) {
-          const float zb = __shfl_sync(0xffffffffu, zz[nt][hh], 4 * B + i), sb = ss[nt][B / 2][2 * (B % 2) + hh];
+          const float zb = __shfl_sync(0xffffffffu, zz[nt][hh], 4 * B + i);
           KVQ_UNROLL
           for (int mt = 2 * B; mt < 2 * B + 2; ++mt) {
-            o[nt][mt][hh] += zb - Tile::v_offset(2 * mt) * sb;
-            o[nt][mt][2 + hh] += zb - Tile::v_offset(2 * mt + 1) * sb;
+            o[nt][mt][hh] = fmaf(o[nt][mt][hh], Tile::v_code_unit(2 * mt), zb);
+            o[nt][mt][2 + hh] = fmaf(o[nt][mt][2 + hh], Tile::v_code_unit(2 * mt + 1), zb);
           }
         }
   }

@@ -3,11 +3,14 @@
 // exact fp16 pair (offset + code, offset + code').
 //
 // The code is moved to mantissa bit t of an fp16 whose exponent makes the mantissa's bit t worth
-// 1: the value is 2^(10 - t) + code, exactly. t is 6 or 8 for INT2 (offsets 16 and 4) and 6 for
-// INT4 (offset 16): high enough that the offset is small next to the code (so removing it later,
-// from fp32 sums, loses nothing measurable), low enough that the code fits the 10 mantissa bits.
-// A rotation of the whole 32-bit word moves both half-words' codes at once; the mask keeps only
-// bits that came from the same half-word. Shared by the host tests and the decode kernel.
+// 1: the value is 2^(10 - t) + code, exactly. t is 4, 6 or 8 (offsets 64, 16, 4): high enough that
+// the offset is small next to the code (removing it later from fp32 sums of exact products costs
+// at most ~6 of fp32's 24 bits), low enough that the code fits the 10 mantissa bits. A rotation of
+// the whole 32-bit word moves both half-words' codes at once; the mask keeps only bits that came
+// from the same half-word. Each target is chosen so that a word takes few rotations: INT2
+// positions 4, 6, 8 need none, 0 and 2 share one (+4), 10, 12 and 14 share one (-6); INT4
+// position 4 needs none and 0, 8, 12 one each. Shared by the host tests and the decode kernel
+// (its keys).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,8 @@ namespace detail {
 template <int Bits>
 KVQ_HD_CONSTEXPR int offset_code_target(int p) {
   static_assert(Bits == 2 || Bits == 4, "INT2 or INT4 codes");
-  return Bits == 2 ? 6 + 2 * ((p / 2) & 1) : 6;
+  if (Bits == 4) return p == 4 ? 4 : 6;
+  return p < 4 ? p + 4 : p <= 8 ? p : p - 6;
 }
 
 // The offset the fp16 value carries: value = offset + code.
@@ -31,8 +35,8 @@ KVQ_HD_CONSTEXPR int offset_code_offset(int p) {
   return 1 << (10 - offset_code_target<Bits>(p));
 }
 
-// Left rotation (mod 32) that brings bit p to its target. INT2 positions p and p + 2 (p a multiple
-// of 4) share one rotation, so a word's 8 INT2 pairs take 4 rotations.
+// Left rotation (mod 32) that brings bit p to its target: a word's 8 INT2 pairs take 2 rotations
+// (and 3 positions none), its 4 INT4 pairs 3.
 template <int Bits>
 KVQ_HD_CONSTEXPR int offset_code_rotation(int p) {
   return (offset_code_target<Bits>(p) - p) & 31;
