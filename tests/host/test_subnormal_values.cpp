@@ -1,4 +1,4 @@
-// quant/subnormal_code.hpp, the decode kernel's blocked values: lane g's channel e of a 32-channel
+// quant/subnormal_values.hpp, the decode kernel's blocked values: lane g's channel e of a 32-channel
 // block, read from the packed V word the lane loads (decode/record_tile.cuh: word 32/n * B + 4g/n
 // of a token pair, n = 16/Bits channels a word), is the exact fp16 subnormal pair
 // (code(2p) * 2^(q - 24), code(2p + 1) * 2^(q - 24)) whatever the word's other codes are; and the
@@ -11,7 +11,7 @@
 
 #include "kvq/numeric/dtype.hpp"
 #include "kvq/quant/packing.hpp"
-#include "kvq/quant/subnormal_code.hpp"
+#include "kvq/quant/subnormal_values.hpp"
 
 namespace {
 

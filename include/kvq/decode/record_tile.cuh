@@ -25,7 +25,7 @@
 // INT2/INT4 keys enter the mma as exact fp16 (offset + code) pairs (quant/offset_code.hpp: a
 // rotation and one LOP3): the per-channel scale is in the query operand, the offsets and the zero
 // points in a per-row bias. Blocked values enter as exact fp16 subnormals code * 2^(q - 24)
-// (quant/subnormal_code.hpp: a shift and one AND): the token's group scale is in the
+// (quant/subnormal_values.hpp: a shift and one AND): the token's group scale is in the
 // probabilities (P' = P s, the B operand), the factor 2^(q - 24) of each channel leaves the fp32
 // sums once per split, and one running sum per block restores O = 2^(24 - q) A + sum P z.
 // Other INT2/INT4 values: (magic + code) by one OR, the code by one exact subtraction, scale and
@@ -40,7 +40,7 @@
 #include "kvq/quant/formats.hpp"
 #include "kvq/quant/offset_code.hpp"
 #include "kvq/quant/packing.hpp"
-#include "kvq/quant/subnormal_code.hpp"
+#include "kvq/quant/subnormal_values.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -330,7 +330,7 @@ struct RecordTile {
     for (int B = 0; B < v_blocks; ++B) v.w[B] = unit[v_block_word(B, g)];
   }
   // List index u as A operand: the codes of channel v_channel(g, u), tokens (2p, 2p+1), as fp16
-  // subnormals code * 2^(q - 24), q = subnormal_value_bit(u % 4) (quant/subnormal_code.hpp: one
+  // subnormals code * 2^(q - 24), q = subnormal_value_bit(u % 4) (quant/subnormal_values.hpp: one
   // shift a word, shared by its four channels for INT2, and one AND a pair). No offset: the mma's
   // sums of list index u carry the factor 2^(q - 24), which v_code_unit(u) removes once per split.
   KVQ_DEVICE static uint32_t v_pair_blocked(const VBlockPair& v, int u, int lane_bit) {
