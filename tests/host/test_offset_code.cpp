@@ -39,23 +39,23 @@ void check_all_positions() {
 
 }  // namespace
 
-// Left rotations other than 0 a word of packed pairs needs.
+// Shifts other than 0 a word of packed pairs needs.
 template <int Bits>
-int nonzero_rotations() {
+int nonzero_shifts() {
   int seen[32] = {}, n = 0;
   for (int p = 0; p < 16; p += Bits) {
-    const int r = kvq::detail::offset_code_rotation<Bits>(p);
-    if (r != 0 && !seen[r]++) ++n;
+    const int s = kvq::detail::offset_code_shift<Bits>(p);
+    if (s != 0 && !seen[s + 16]++) ++n;
   }
   return n;
 }
 
 TEST_CASE("offset codes: INT2 at every position is (offset + code) exactly, offsets 64, 16 and 4") {
   check_all_positions<2>();
-  CHECK(nonzero_rotations<2>() == 2);  // a word's 8 pairs: positions 4, 6, 8 unrotated, two rotations for the rest
+  CHECK(nonzero_shifts<2>() == 2);  // a word's 8 pairs: positions 4, 6, 8 unshifted, two shifts for the rest
 }
 
 TEST_CASE("offset codes: INT4 at every position is (offset + code) exactly, offsets 64 and 16") {
   check_all_positions<4>();
-  CHECK(nonzero_rotations<4>() == 3);
+  CHECK(nonzero_shifts<4>() == 3);
 }

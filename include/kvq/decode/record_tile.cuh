@@ -15,7 +15,7 @@
 //     (k_channel), so the product is the ordinary dot product.
 //   V tile as A of O^T = V^T P^T (rows = channels, k = tokens). Lane (g, i) reads token pairs i
 //     and i+4. A packed INT2/INT4 V word already holds a channel of a token pair in its two
-//     half-words (quant/packing.hpp), so one rotation and one mask give the pair.
+//     half-words (quant/packing.hpp), so one shift and one mask give the pair.
 //     Blocked (INT2/INT4 values, Gv a multiple of 32): lane g takes channels 32B + 4g .. +3 of
 //       every 32-channel block B, so m-tile mt (block mt/2, channels 4g + 2(mt%2) and +1) lies in
 //       one value group; rows g / g+8 of m-tile mt are list indices u = 2mt / 2mt+1, channel
@@ -23,7 +23,7 @@
 //     Otherwise: lane g reads its own eighth of each row, D/8 consecutive channels; m-tile mt row
 //       g is its channel 2mt, row g+8 its channel 2mt+1.
 // INT2/INT4 keys enter the mma as exact fp16 (offset + code) pairs (quant/offset_code.hpp: a
-// rotation and one LOP3): the per-channel scale is in the query operand, the offsets and the zero
+// shift and one LOP3): the per-channel scale is in the query operand, the offsets and the zero
 // points in a per-row bias. Blocked values enter as exact fp16 subnormals code * 2^(q - 24)
 // (quant/subnormal_values.hpp: a shift and one AND): the token's group scale is in the
 // probabilities (P' = P s, the B operand), the factor 2^(q - 24) of each channel leaves the fp32

@@ -10,7 +10,7 @@
 //   S^T (16 tokens x 8 rows)  = K_tile . Q^T     mma.m16n8k16, keys as A, fp32 accumulators
 //   online softmax per row over the step's tokens (max by shuffles), P^T transposed by movmatrix
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
-// Keys: INT2/INT4 codes enter an fp16 mma as exact (offset + code) pairs (a rotation shared by
+// Keys: INT2/INT4 codes enter an fp16 mma as exact (offset + code) pairs (a shift shared by
 // two pairs and one LOP3, quant/offset_code.hpp); the per-channel scale is folded into the query
 // (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the zero points
 // and offsets into a per-row bias computed by two more mmas (zero . q 2^-e - offset . Q''), so

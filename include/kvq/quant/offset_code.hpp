@@ -1,16 +1,17 @@
 // kvq/quant/offset_code.hpp - packed INT2/INT4 codes as tensor-core operands in two instructions:
-// a rotation and one LOP3 turn the code at bit p of each half-word of a packed word into the
+// a shift and one LOP3 turn the code at bit p of each half-word of a packed word into the
 // exact fp16 pair (offset + code, offset + code').
 //
 // The code is moved to mantissa bit t of an fp16 whose exponent makes the mantissa's bit t worth
 // 1: the value is 2^(10 - t) + code, exactly. t is 4, 6 or 8 (offsets 64, 16, 4): high enough that
 // the offset is small next to the code (removing it later from fp32 sums of exact products costs
-// at most ~6 of fp32's 24 bits), low enough that the code fits the 10 mantissa bits. A rotation of
-// the whole 32-bit word moves both half-words' codes at once; the mask keeps only bits that came
-// from the same half-word. Each target is chosen so that a word takes few rotations: INT2
-// positions 4, 6, 8 need none, 0 and 2 share one (+4), 10, 12 and 14 share one (-6); INT4
-// position 4 needs none and 0, 8, 12 one each. Shared by the host tests and the decode kernel
-// (its keys).
+// at most ~6 of fp32's 24 bits), low enough that the code fits the 10 mantissa bits. A shift of
+// the whole 32-bit word moves both half-words' codes at once (a code moves inside its half-word);
+// the mask keeps only bits that came from the same half-word. Each target is chosen so that a word
+// takes few shifts: INT2 positions 4, 6, 8 need none, 0 and 2 share one (left by 4: ptxas can put
+// it on the FMA pipe as IMAD.SHL, off the busier ALU pipe), 10, 12 and 14 share one (right by 6);
+// INT4 position 4 needs none and 0, 8, 12 one each. Shared by the host tests and the decode
+// kernel (its keys).
 #pragma once
 
 #include <cstdint>
@@ -35,39 +36,32 @@ KVQ_HD_CONSTEXPR int offset_code_offset(int p) {
   return 1 << (10 - offset_code_target<Bits>(p));
 }
 
-// Left rotation (mod 32) that brings bit p to its target: a word's 8 INT2 pairs take 2 rotations
+// Shift that brings bit p to its target (left when positive): a word's 8 INT2 pairs take 2 shifts
 // (and 3 positions none), its 4 INT4 pairs 3.
 template <int Bits>
-KVQ_HD_CONSTEXPR int offset_code_rotation(int p) {
-  return (offset_code_target<Bits>(p) - p) & 31;
+KVQ_HD_CONSTEXPR int offset_code_shift(int p) {
+  return offset_code_target<Bits>(p) - p;
 }
 
-KVQ_HD uint32_t rotate_left(uint32_t x, int r) {
-#ifdef __CUDA_ARCH__
-  return __funnelshift_l(x, x, uint32_t(r));
-#else
-  return r == 0 ? x : (x << r) | (x >> (32 - r));
-#endif
-}
-
-// The code at mantissa bit t of `rotated` (a word already rotated), as (offset + code) fp16 pair.
+// The code at mantissa bit t of `moved` (a word already shifted), as (offset + code) fp16 pair.
 template <int Bits>
-KVQ_HD uint32_t offset_code_at(uint32_t rotated, int t) {
+KVQ_HD uint32_t offset_code_at(uint32_t moved, int t) {
   const uint32_t mask = packed_pair_mask(Bits, t);
   const uint32_t exponent = (uint32_t(25 - t) << 10) * 0x00010001u;  // 2^(10 - t) in each half
 #ifdef __CUDA_ARCH__
   uint32_t d;  // one LOP3 (the compiler splits (x & imm) | imm into two)
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(rotated), "r"(mask), "r"(exponent));
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(moved), "r"(mask), "r"(exponent));
   return d;
 #else
-  return (rotated & mask) | exponent;
+  return (moved & mask) | exponent;
 #endif
 }
 
 // The pair of codes at bit p of each half-word of x, as fp16 (offset + code) pairs.
 template <int Bits>
 KVQ_HD uint32_t offset_code_pair(uint32_t x, int p) {
-  return offset_code_at<Bits>(rotate_left(x, offset_code_rotation<Bits>(p)), offset_code_target<Bits>(p));
+  const int s = offset_code_shift<Bits>(p);
+  return offset_code_at<Bits>(s >= 0 ? x << s : x >> -s, offset_code_target<Bits>(p));
 }
 
 // fp16 bit pattern of -offset (a power of two) in both halves.
