@@ -396,44 +396,58 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
       tile_logits(tile, sacc[w]);
     }
     // ---- online softmax over the step's 16 W tokens; P^T as the B operand of the value mma ----
+    // The row max is reduced across the 8 lanes of a row (three dependent shuffles) only when some
+    // lane holds a logit above the running max (one vote): otherwise the max does not move and
+    // the probabilities are exp2(x - m) with the running max, as the reduction would have given.
+    // The running max moves rarely after a split's first steps, so most steps skip the shuffle
+    // chain (v7's most stalled instructions, bench/NOTES.md); the results are the same bit for bit.
     uint32_t pb[W][NT][2];
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
-      float p[W][2][2], cr[2];  // [tile][token g / g+8][row 2i + hh]
+      float x[W][2][2], lmx[2];  // [tile][token g / g+8][row 2i + hh]; the lane's max per row
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
-        float x[W][2], mx = -INFINITY;
+        lmx[hh] = -INFINITY;
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
           for (int u = 0; u < 2; ++u) {
             float y = sacc[w][nt][2 * u + hh] * pre[nt][hh];  // 2^e and the scale in one
             if (capped) y = cap_log2 * tanhf(y);
-            x[w][u] = rel0[w] + g + 8 * u < rel_end ? y : -INFINITY;
-            mx = fmaxf(mx, x[w][u]);
+            x[w][u][hh] = rel0[w] + g + 8 * u < rel_end ? y : -INFINITY;
+            lmx[hh] = fmaxf(lmx[hh], x[w][u][hh]);
           }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float m_new = fmaxf(m[nt][hh], mx);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        const float corr = exp2_approx(m[nt][hh] - m_use);
-        float sum = 0.0f;
-        KVQ_UNROLL
-        for (int w = 0; w < W; ++w)
-          KVQ_UNROLL
-          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(x[w][u] - m_use), sum += p[w][u][hh];
-        l[nt][hh] = l[nt][hh] * corr + sum;
-        m[nt][hh] = m_new;
-        cr[hh] = corr;
       }
-      if (__any_sync(0xffffffffu, cr[0] != 1.0f || cr[1] != 1.0f)) {  // the running max moved: rescale
+      if (__any_sync(0xffffffffu, lmx[0] > m[nt][0] || lmx[1] > m[nt][1])) {  // a running max moves
+        float cr[2];
+        KVQ_UNROLL
+        for (int hh = 0; hh < 2; ++hh) {
+          float mx = lmx[hh];
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+          const float m_new = fmaxf(m[nt][hh], mx);
+          cr[hh] = exp2_approx(m[nt][hh] - (m_new == -INFINITY ? 0.0f : m_new));
+          l[nt][hh] *= cr[hh];
+          m[nt][hh] = m_new;
+        }
         KVQ_UNROLL
         for (int mt = 0; mt < MT; ++mt) {
           o[nt][mt][0] *= cr[0], o[nt][mt][2] *= cr[0];
           o[nt][mt][1] *= cr[1], o[nt][mt][3] *= cr[1];
         }
         if constexpr (VB) zz[nt][0] *= cr[0], zz[nt][1] *= cr[1];
+      }
+      float p[W][2][2];
+      KVQ_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        const float m_use = m[nt][hh] == -INFINITY ? 0.0f : m[nt][hh];
+        float sum = 0.0f;
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w)
+          KVQ_UNROLL
+          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(x[w][u][hh] - m_use), sum += p[w][u][hh];
+        l[nt][hh] += sum;
       }
       KVQ_UNROLL
       for (int w = 0; w < W; ++w) {
