@@ -96,3 +96,33 @@ TEST_CASE("decode plan: bad shapes are rejected") {
   s.num_sms = 0;
   CHECK(kvq::plan_decode(s, 128, 64, 6144, &p) == kvq::Status::kInvalidShape);
 }
+
+TEST_CASE("decode plan: the tail runs beside the records kernel only in the room its wave leaves, with a short share") {
+  // No dependent launch (tails_per_slot 0): always after the records kernel.
+  kvq::DecodePlan p;
+  REQUIRE(kvq::plan_decode(shape(8, 131072), 128, 64, 6144, &p, 4, 0) == kvq::Status::kSuccess);
+  CHECK(p.tail_ctas == 0);
+  for (int batch : {1, 2, 8, 17, 32, 64})
+    for (int64_t tokens : {int64_t(4096), int64_t(32768), int64_t(131072), int64_t(1 << 20)})
+      for (int max_q : {1, 4, 16})
+        for (int tails_per_slot : {1, 2}) {
+          CAPTURE(batch);
+          CAPTURE(tokens);
+          CAPTURE(max_q);
+          REQUIRE(kvq::plan_decode(shape(batch, tokens, max_q), 128, 64, 6144, &p, 4, tails_per_slot) == kvq::Status::kSuccess);
+          const int64_t tiles = (4 * max_q + p.rows_per_cta - 1) / p.rows_per_cta;
+          const int64_t records = int64_t(batch) * 8 * tiles * p.max_splits, room = 132 * 4 - records;
+          const int64_t chunks = int64_t(batch) * 8 * ((4 * max_q + 7) / 8) * p.tail_slots;
+          if (p.tail_ctas == 0) continue;
+          CHECK(p.tail_ctas <= room * tails_per_slot);  // only in the room the records wave leaves
+          CHECK(p.tail_ctas <= chunks);
+          CHECK((chunks + p.tail_ctas - 1) / p.tail_ctas <= p.split_tokens / 64 / 4);  // a short share
+        }
+  // The shapes: beside the records kernel at 128K (batch 1 and 8), after it at 4K.
+  REQUIRE(kvq::plan_decode(shape(8, 131072), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
+  CHECK(p.tail_ctas == 16);
+  REQUIRE(kvq::plan_decode(shape(1, 131072), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
+  CHECK(p.tail_ctas == 16);
+  REQUIRE(kvq::plan_decode(shape(8, 4096), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
+  CHECK(p.tail_ctas == 0);
+}

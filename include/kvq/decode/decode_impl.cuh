@@ -6,7 +6,9 @@
 //  2. records (records_kernel.cuh): tensor-core split-KV over the tokens served by records (cold
 //     pool + transition pages), every K/V byte read once per KV head for the whole GQA group;
 //  3. tail (tail_kernel.cuh): the hot ring rows and the new tokens (fewer than R + P + 16 tokens
-//     per sequence), read in the model dtype, causal over the new tokens; one slot per chunk;
+//     per sequence), read in the model dtype, causal over the new tokens; one slot per chunk.
+//     Where the plan says so (plan.tail_ctas, compute capability 9.0+) it is the records kernel's
+//     dependent launch: a few CTAs in the room the records grid leaves, running beside it;
 //  4. merge (merge_kernel.cuh): combines the slots of every (token, query head) exactly
 //     (log-sum-exp) and writes out.
 // A configuration the records kernel does not serve (RecordTile::supported: key groups that are
@@ -129,8 +131,22 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
     } else if (detail::launch_records<Cfg, 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess) {
       return Status::kCudaError;
     }
-    detail::decode_tail_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
-                                      detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
+    if (plan.tail_ctas > 0) {  // beside the records kernel: its dependent launch (plan.hpp, tail_kernel.cuh)
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(unsigned(plan.tail_ctas));
+      cfg.blockDim = dim3(detail::kDecodeWarps * 32);
+      cfg.stream = stream;
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr.val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = detail::dependent_launch_supported() ? 1 : 0;  // else an ordinary launch after the records
+      if (cudaLaunchKernelEx(&cfg, detail::decode_tail_kernel<Cfg>, cache, batch, plan, ws, flags) != cudaSuccess)
+        return Status::kCudaError;
+    } else {
+      detail::decode_tail_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
+                                        detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
+    }
   } else {
     detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles8)),
                                              detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
@@ -143,16 +159,28 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
 
 template <class Cfg>
 Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
-  int ctas_per_sm = 4;
+  int ctas_per_sm = 4, tails_per_slot = 0;
   if constexpr (detail::RecordTile<Cfg>::supported) {
     if (shape.num_kv_heads > 0 && shape.num_q_heads % shape.num_kv_heads == 0 && shape.max_q_len > 0) {
       const bool wide = decode_rows_per_cta(Cfg::head_dim, shape.num_q_heads / shape.num_kv_heads, shape.max_q_len) == 16;
-      const Status st = wide && Cfg::head_dim <= 128 ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm)
-                                                     : detail::records_occupancy<Cfg, 1>(&ctas_per_sm);
+      const bool two = wide && Cfg::head_dim <= 128;
+      const Status st = two ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm)
+                            : detail::records_occupancy<Cfg, 1>(&ctas_per_sm);
       if (st != Status::kSuccess) return st;
+      // Tail CTAs that fit in one records CTA's registers (both have kDecodeWarps warps), where the
+      // device takes dependent launches: the tail may then run beside the records kernel.
+      cudaFuncAttributes rec{}, tail{};
+      if (detail::dependent_launch_supported()) {
+        if ((two ? cudaFuncGetAttributes(&rec, detail::decode_records_kernel<Cfg, Cfg::head_dim <= 128 ? 2 : 1>)
+                 : cudaFuncGetAttributes(&rec, detail::decode_records_kernel<Cfg, 1>)) != cudaSuccess ||
+            cudaFuncGetAttributes(&tail, detail::decode_tail_kernel<Cfg>) != cudaSuccess)
+          return Status::kCudaError;
+        tails_per_slot = tail.numRegs > 0 ? rec.numRegs / tail.numRegs : 0;
+      }
     }
   }
-  return plan_decode(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, plan, ctas_per_sm > 0 ? ctas_per_sm : 1);
+  return plan_decode(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, plan, ctas_per_sm > 0 ? ctas_per_sm : 1,
+                     tails_per_slot);
 }
 
 #define KVQ_INSTANTIATE_DECODE(Cfg)                                                                           \

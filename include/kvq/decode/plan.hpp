@@ -54,16 +54,34 @@ struct DecodePlan {
   int32_t max_splits;        // splits of the longest sequence
   int32_t transition_pages;  // R/P + 1
   int32_t tail_slots;        // ceil((R + P + max_q_len) / kDecodeTailChunk)
+  int32_t tail_ctas;         // 0: the tail kernel runs after the records kernel, one CTA per chunk;
+                             // > 0: it runs beside it (a dependent launch) in this many CTAs, each
+                             // taking every tail_ctas-th chunk (decode_tail_ctas)
   size_t transition_offset, partial_offset, stats_offset, status_offset, workspace_bytes;
 };
 
 constexpr size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
 
+// The tail CTAs that run beside the records kernel (its dependent launch), or 0 for a tail kernel
+// after it. Beside it, the tail CTAs take the room the one-wave records grid leaves (free_slots
+// records CTAs' worth, tails_per_slot tail CTAs each; 0 when the device has no dependent launch),
+// and each works through its share of the tail chunks while the records CTAs stream their split.
+// Worth it only when that share is short next to a split: a tail chunk (16 tokens for up to 8
+// query rows, one CTA's dependent chain of loads and reductions, ~3 us) is taken as the time of 4
+// records pages (a records CTA streams split_pages pages with 4 warps, ~1 us a page and warp for
+// INT2 at D 128, longer for wider formats), so a CTA's chunks may number at most split_pages / 4.
+constexpr int32_t decode_tail_ctas(int64_t free_slots, int tails_per_slot, int64_t tail_chunks, int64_t split_pages) {
+  if (free_slots <= 0 || tails_per_slot <= 0 || tail_chunks <= 0) return 0;
+  const int64_t ctas = free_slots * tails_per_slot < tail_chunks ? free_slots * tails_per_slot : tail_chunks;
+  return (tail_chunks + ctas - 1) / ctas <= split_pages / 4 ? int32_t(ctas) : 0;
+}
+
 // ctas_per_sm: CTAs of the split kernel one multiprocessor holds at once (kvq::plan_decode<Cfg>
 // asks the CUDA occupancy calculator). The split count fills exactly one wave: floor, not ceil,
-// since one CTA past the wave doubles the time of the whole launch.
+// since one CTA past the wave doubles the time of the whole launch. tails_per_slot: tail CTAs that
+// fit in the registers of one records CTA where the device takes dependent launches, else 0.
 inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t record_bytes, DecodePlan* plan,
-                          int ctas_per_sm = 4) {
+                          int ctas_per_sm = 4, int tails_per_slot = 0) {
   if (!plan) return Status::kNullPointer;
   if (s.batch < 0 || s.num_kv_heads <= 0 || s.num_q_heads <= 0 || s.num_q_heads % s.num_kv_heads != 0 ||
       s.max_tokens < 0 || s.max_q_len < 1 || s.max_q_len > kDecodeMaxQLen || s.total_q < 0 || s.num_sms <= 0 ||
@@ -94,6 +112,10 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   p.transition_offset = 0;
   p.partial_offset = align256(size_t(s.batch) * p.transition_pages * s.num_kv_heads * record_bytes);
   p.tail_slots = (s.residual + page + s.max_q_len + kDecodeTailChunk - 1) / kDecodeTailChunk;
+  const int64_t row_tiles8 = (int64_t(group) * s.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
+  const int64_t records_ctas = int64_t(p.max_splits) * ctas_without_split;
+  p.tail_ctas = decode_tail_ctas(int64_t(s.num_sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1) - records_ctas, tails_per_slot,
+                                 int64_t(s.batch) * s.num_kv_heads * row_tiles8 * p.tail_slots, p.split_tokens / page);
   const size_t slots = size_t(p.max_splits) + size_t(p.tail_slots);
   p.stats_offset = p.partial_offset + align256(slots * rows * head_dim * 4);
   p.status_offset = p.stats_offset + align256(slots * rows * 2 * 4);

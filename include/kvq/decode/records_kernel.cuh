@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "kvq/attention/token_source.hpp"
+#include "kvq/core/dependent_launch.cuh"
 #include "kvq/decode/plan.hpp"
 #include "kvq/decode/record_tile.cuh"
 #include "kvq/decode/workspace.cuh"
@@ -93,6 +94,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   __shared__ SeqAttention s;
   __shared__ int bad;
 
+  launch_dependents();  // the tail kernel (independent of this one) may take the room this grid leaves
   const int split = blockIdx.x, b = blockIdx.y;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + ROWS - 1) / ROWS;

@@ -2,9 +2,13 @@
 // records (hot ring rows, then the step's new tokens), read in the model dtype. Never a record:
 // records_end (token_source.hpp) is where the hot rows begin.
 //
-// CTA = (tail chunk, sequence, KV head x row tile of kDecodeRowsPerCta query rows). Chunk n is the
+// Work item = (tail chunk, sequence, KV head x row tile of kDecodeRowsPerCta query rows), item
+// index = chunk + tail_slots * (sequence + batch * (head x row tile)). Chunk n is the
 // kDecodeTailChunk tokens from records_end + n * kDecodeTailChunk; its partial state goes to slot
-// max_splits + n. Warp w takes the chunk's tokens w, w + 4, ... (kTailTokensPerWarp of them) and
+// max_splits + n. With plan.tail_ctas == 0 the grid has one CTA per item and runs after the
+// records kernel; otherwise tail_ctas CTAs run beside it (its dependent launch,
+// core/dependent_launch.cuh), CTA c taking items c, c + tail_ctas, ..., and every CTA waits for the
+// records grid before it exits, so the merge after it sees both kernels' slots. Warp w takes the chunk's tokens w, w + 4, ... (kTailTokensPerWarp of them) and
 // loads all their K/V elements before any math (lane l: channels l, l + 32, ...), so a warp waits
 // for memory once. Then, per query row the CTA holds (padding rows skipped), the tokens' dots are
 // summed over the warp in interleaved shuffle trees, future tokens are masked (causal over the new
@@ -17,6 +21,7 @@
 #include <cmath>
 
 #include "kvq/attention/token_source.hpp"
+#include "kvq/core/dependent_launch.cuh"
 #include "kvq/decode/plan.hpp"
 #include "kvq/decode/workspace.cuh"
 
@@ -36,80 +41,88 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   __shared__ int bad;
   __shared__ float qs[RT][D];
   __shared__ WarpStates<RT, D> red;
-  const int b = blockIdx.y;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
-  const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * RT;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  resolve_sequence_for_cta(v, a, plan, b, P, s, bad);
-  if (bad) {
-    if (threadIdx.x == 0) reject_sequence(ws, b, flags);
-    return;
-  }
-  const int64_t start = records_end(s) + int64_t(blockIdx.x) * kDecodeTailChunk;
-  const int64_t all_end = s.len + s.q_len;
-  const int64_t end = all_end < start + kDecodeTailChunk ? all_end : start + kDecodeTailChunk;
-  const int rows = group * s.q_len;
-  if (start >= end || row0 >= rows) return;  // the merge reads only the chunks that hold tokens
-  const int nr = rows - row0 < RT ? rows - row0 : RT;
-
-  // The warp's tokens, every load issued before the first use.
-  const SeqAppend ap = as_append(s);
-  float k[TW][J], val[TW][J];
-  KVQ_UNROLL
-  for (int tw = 0; tw < TW; ++tw) {
-    const int64_t t = start + warp + kDecodeWarps * tw;
-    const bool here = t < end;
-    const T* kr = here ? source_row(v, v.hot_k, a.new_k, ap, t, h, D, P) : nullptr;
-    const T* vr = here ? source_row(v, v.hot_v, a.new_v, ap, t, h, D, P) : nullptr;
-    KVQ_UNROLL
-    for (int j = 0; j < J; ++j) {
-      k[tw][j] = here ? kr[lane + 32 * j].to_float() : 0.0f;
-      val[tw][j] = here ? vr[lane + 32 * j].to_float() : 0.0f;
+  const int64_t items = int64_t(plan.tail_slots) * a.batch * v.num_kv_heads * row_tiles;
+  const int64_t first = plan.tail_ctas > 0 ? blockIdx.x : blockIdx.x + int64_t(plan.tail_slots) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+  const int64_t step = plan.tail_ctas > 0 ? plan.tail_ctas : items;
+  for (int64_t item = first; item < items; item += step) {
+    const int chunk = int(item % plan.tail_slots), b = int(item / plan.tail_slots % a.batch);
+    const int zz = int(item / plan.tail_slots / a.batch);
+    const int h = zz / row_tiles, row0 = (zz % row_tiles) * RT;
+    __syncthreads();  // the previous item is done with the shared state
+    resolve_sequence_for_cta(v, a, plan, b, P, s, bad);
+    if (bad) {
+      if (threadIdx.x == 0) reject_sequence(ws, b, flags);
+      continue;
     }
-  }
-  stage_query_rows<T, RT, D>(qs, a, s, h, group, row0, rows);
+    const int64_t start = records_end(s) + int64_t(chunk) * kDecodeTailChunk;
+    const int64_t all_end = s.len + s.q_len;
+    const int64_t end = all_end < start + kDecodeTailChunk ? all_end : start + kDecodeTailChunk;
+    const int rows = group * s.q_len;
+    if (start >= end || row0 >= rows) continue;  // the merge reads only the chunks that hold tokens
+    const int nr = rows - row0 < RT ? rows - row0 : RT;
 
-  float m[RT], l[RT], acc[RT][J];
-  reset_row_states(m, l, acc);
-  KVQ_UNROLL
-  for (int r = 0; r < RT; ++r) {
-    if (r >= nr) break;  // padding rows (uniform over the CTA)
-    float dot[TW];
-    KVQ_UNROLL
-    for (int tw = 0; tw < TW; ++tw) {
-      dot[tw] = 0.0f;
-      KVQ_UNROLL
-      for (int j = 0; j < J; ++j) dot[tw] += qs[r][lane + 32 * j] * k[tw][j];
-    }
-    KVQ_UNROLL
-    for (int o = 16; o > 0; o >>= 1)
-      KVQ_UNROLL
-      for (int tw = 0; tw < TW; ++tw) dot[tw] += __shfl_xor_sync(0xffffffffu, dot[tw], o);
-    const int64_t last = s.len + (row0 + r) / group;  // the row's own new token: later ones are future
-    float x[TW], mx = m[r];
+    // The warp's tokens, every load issued before the first use.
+    const SeqAppend ap = as_append(s);
+    float k[TW][J], val[TW][J];
     KVQ_UNROLL
     for (int tw = 0; tw < TW; ++tw) {
       const int64_t t = start + warp + kDecodeWarps * tw;
-      const float logit = attention_logit(dot[tw], a.softmax_scale, a.softcap);
-      x[tw] = t < end && t <= last ? logit : -INFINITY;
-      mx = fmaxf(mx, x[tw]);
-    }
-    if (mx == -INFINITY) continue;  // none of the warp's tokens is visible to this row yet
-    const float corr = __expf(m[r] - mx);
-    l[r] *= corr;
-    KVQ_UNROLL
-    for (int j = 0; j < J; ++j) acc[r][j] *= corr;
-    KVQ_UNROLL
-    for (int tw = 0; tw < TW; ++tw) {
-      const float p = __expf(x[tw] - mx);
-      l[r] += p;
+      const bool here = t < end;
+      const T* kr = here ? source_row(v, v.hot_k, a.new_k, ap, t, h, D, P) : nullptr;
+      const T* vr = here ? source_row(v, v.hot_v, a.new_v, ap, t, h, D, P) : nullptr;
       KVQ_UNROLL
-      for (int j = 0; j < J; ++j) acc[r][j] += p * val[tw][j];
+      for (int j = 0; j < J; ++j) {
+        k[tw][j] = here ? kr[lane + 32 * j].to_float() : 0.0f;
+        val[tw][j] = here ? vr[lane + 32 * j].to_float() : 0.0f;
+      }
     }
-    m[r] = mx;
+    stage_query_rows<T, RT, D>(qs, a, s, h, group, row0, rows);
+
+    float m[RT], l[RT], acc[RT][J];
+    reset_row_states(m, l, acc);
+    KVQ_UNROLL
+    for (int r = 0; r < RT; ++r) {
+      if (r >= nr) break;  // padding rows (uniform over the CTA)
+      float dot[TW];
+      KVQ_UNROLL
+      for (int tw = 0; tw < TW; ++tw) {
+        dot[tw] = 0.0f;
+        KVQ_UNROLL
+        for (int j = 0; j < J; ++j) dot[tw] += qs[r][lane + 32 * j] * k[tw][j];
+      }
+      KVQ_UNROLL
+      for (int o = 16; o > 0; o >>= 1)
+        KVQ_UNROLL
+        for (int tw = 0; tw < TW; ++tw) dot[tw] += __shfl_xor_sync(0xffffffffu, dot[tw], o);
+      const int64_t last = s.len + (row0 + r) / group;  // the row's own new token: later ones are future
+      float x[TW], mx = m[r];
+      KVQ_UNROLL
+      for (int tw = 0; tw < TW; ++tw) {
+        const int64_t t = start + warp + kDecodeWarps * tw;
+        const float logit = attention_logit(dot[tw], a.softmax_scale, a.softcap);
+        x[tw] = t < end && t <= last ? logit : -INFINITY;
+        mx = fmaxf(mx, x[tw]);
+      }
+      if (mx == -INFINITY) continue;  // none of the warp's tokens is visible to this row yet
+      const float corr = __expf(m[r] - mx);
+      l[r] *= corr;
+      KVQ_UNROLL
+      for (int j = 0; j < J; ++j) acc[r][j] *= corr;
+      KVQ_UNROLL
+      for (int tw = 0; tw < TW; ++tw) {
+        const float p = __expf(x[tw] - mx);
+        l[r] += p;
+        KVQ_UNROLL
+        for (int j = 0; j < J; ++j) acc[r][j] += p * val[tw][j];
+      }
+      m[r] = mx;
+    }
+    combine_and_store_rows<RT, D>(red, m, l, acc, nr, ws, plan, plan.max_splits + chunk, a, s, h, group, row0);
   }
-  combine_and_store_rows<RT, D>(red, m, l, acc, nr, ws, plan, plan.max_splits + int(blockIdx.x), a, s, h, group, row0);
+  if (plan.tail_ctas > 0) wait_prior_grids();  // the records grid is done: the merge may read its slots
 }
 
 }  // namespace detail
