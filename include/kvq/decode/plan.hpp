@@ -66,14 +66,17 @@ constexpr size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
 // after it. Beside it, the tail CTAs take the room the one-wave records grid leaves (free_slots
 // records CTAs' worth, tails_per_slot tail CTAs each; 0 when the device has no dependent launch),
 // and each works through its share of the tail chunks while the records CTAs stream their split.
-// Worth it only when that share is short next to a split: a tail chunk (16 tokens for up to 8
-// query rows, one CTA's dependent chain of loads and reductions, ~3 us) is taken as the time of 4
-// records pages (a records CTA streams split_pages pages with 4 warps, ~1 us a page and warp for
-// INT2 at D 128, longer for wider formats), so a CTA's chunks may number at most split_pages / 4.
+// Worth it only when that share is short next to a records CTA's life: a tail chunk (16 tokens for
+// up to 8 query rows, one CTA's dependent chain of loads and reductions) takes ~6 us in such a
+// loop (measured: 52 chunks a CTA 234 us, 7 chunks 44 us), a records CTA ~8 us of prologue and
+// epilogue plus ~1 us a page of its split (INT2 at D 128; wider formats take longer), so a CTA's
+// chunks may number at most 1 + split_pages / 6. In practice: short contexts, where the records
+// grid leaves most of the GPU free (batch 1 x 4K: 104 tail CTAs of one chunk beside 128 records
+// CTAs, 30.6 -> 23.0 us for INT2).
 constexpr int32_t decode_tail_ctas(int64_t free_slots, int tails_per_slot, int64_t tail_chunks, int64_t split_pages) {
   if (free_slots <= 0 || tails_per_slot <= 0 || tail_chunks <= 0) return 0;
   const int64_t ctas = free_slots * tails_per_slot < tail_chunks ? free_slots * tails_per_slot : tail_chunks;
-  return (tail_chunks + ctas - 1) / ctas <= split_pages / 4 ? int32_t(ctas) : 0;
+  return (tail_chunks + ctas - 1) / ctas <= 1 + split_pages / 6 ? int32_t(ctas) : 0;
 }
 
 // ctas_per_sm: CTAs of the split kernel one multiprocessor holds at once (kvq::plan_decode<Cfg>
