@@ -402,7 +402,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     // lane holds a logit above the running max (one vote): otherwise the max does not move and
     // the probabilities are exp2(x - m) with the running max, as the reduction would have given.
     // The running max moves rarely after a split's first steps, so most steps skip the shuffle
-    // chain (v7's most stalled instructions, bench/NOTES.md); the results are the same bit for bit.
+    // chain (v7's most stalled instructions, bench/NOTES.md). The probabilities are the same bit for
+    // bit as with a reduction every step; the running sum l differs only in rounding at the steps
+    // where the max moves (l * corr and + sum rounded apart instead of in one fma).
     uint32_t pb[W][NT][2];
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {

@@ -8,7 +8,8 @@
 // max_splits + n. With plan.tail_ctas == 0 the grid has one CTA per item and runs after the
 // records kernel; otherwise tail_ctas CTAs run beside it (its dependent launch,
 // core/dependent_launch.cuh), CTA c taking items c, c + tail_ctas, ..., and every CTA waits for the
-// records grid before it exits, so the merge after it sees both kernels' slots. Warp w takes the chunk's tokens w, w + 4, ... (kTailTokensPerWarp of them) and
+// records grid before it exits, so the merge after it sees both kernels' slots. In an item, warp w
+// takes the chunk's tokens w, w + 4, ... (kTailTokensPerWarp of them) and
 // loads all their K/V elements before any math (lane l: channels l, l + 32, ...), so a warp waits
 // for memory once. Then, per query row the CTA holds (padding rows skipped), the tokens' dots are
 // summed over the warp in interleaved shuffle trees, future tokens are masked (causal over the new
