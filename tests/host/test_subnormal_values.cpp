@@ -1,6 +1,6 @@
 // quant/subnormal_values.hpp, the decode kernel's blocked values: lane g's channel e of a 32-channel
-// block, read from the packed V word the lane loads (decode/record_tile.cuh: word 32/n * B + 4g/n
-// of a token pair, n = 16/Bits channels a word), is the exact fp16 subnormal pair
+// block, read from the packed V word the lane loads (blocked_value_word, at blocked_value_lane_bit;
+// both checked here against packing.hpp's code_slot), is the exact fp16 subnormal pair
 // (code(2p) * 2^(q - 24), code(2p + 1) * 2^(q - 24)) whatever the word's other codes are; and the
 // shift is the same for the lane's four channels (INT2) or for every lane (INT4), so a word takes
 // one shift.
@@ -23,7 +23,7 @@ void check_lane_channels() {
   constexpr int D = 128, n = 16 / Bits;  // channels of a token pair's word
   std::mt19937 rng(77 + Bits);
   for (int g = 0; g < 8; ++g) {
-    const int lane_bit = Bits * ((4 * g) % n);
+    const int lane_bit = blocked_value_lane_bit<Bits>(g);
     for (int e = 0; e < 4; ++e) {
       CAPTURE(g);
       CAPTURE(e);
@@ -35,7 +35,7 @@ void check_lane_channels() {
           const int c = 32 * B + 4 * g + e;
           const kvq::CodeSlot lo = kvq::code_slot<Bits, D>(kvq::Role::kValue, 2 * p, c);
           const kvq::CodeSlot hi = kvq::code_slot<Bits, D>(kvq::Role::kValue, 2 * p + 1, c);
-          const int word = p * (D / n) + 32 / n * B + 4 * g / n;  // the word the lane loads
+          const int word = p * (D / n) + blocked_value_word<Bits>(B, g);  // the word the lane loads
           REQUIRE(lo.word == word);
           REQUIRE(hi.word == word);
           REQUIRE(lo.shift == lane_bit + Bits * e);

@@ -163,19 +163,17 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
   if constexpr (detail::RecordTile<Cfg>::supported) {
     if (shape.num_kv_heads > 0 && shape.num_q_heads % shape.num_kv_heads == 0 && shape.max_q_len > 0) {
       const bool wide = decode_rows_per_cta(Cfg::head_dim, shape.num_q_heads / shape.num_kv_heads, shape.max_q_len) == 16;
-      const bool two = wide && Cfg::head_dim <= 128;
-      const Status st = two ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm)
-                            : detail::records_occupancy<Cfg, 1>(&ctas_per_sm);
+      int regs = 0;
+      const Status st = wide && Cfg::head_dim <= 128
+                            ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm, &regs)
+                            : detail::records_occupancy<Cfg, 1>(&ctas_per_sm, &regs);
       if (st != Status::kSuccess) return st;
       // Tail CTAs that fit in one records CTA's registers (both have kDecodeWarps warps), where the
       // device takes dependent launches: the tail may then run beside the records kernel.
-      cudaFuncAttributes rec{}, tail{};
       if (detail::dependent_launch_supported()) {
-        if ((two ? cudaFuncGetAttributes(&rec, detail::decode_records_kernel<Cfg, Cfg::head_dim <= 128 ? 2 : 1>)
-                 : cudaFuncGetAttributes(&rec, detail::decode_records_kernel<Cfg, 1>)) != cudaSuccess ||
-            cudaFuncGetAttributes(&tail, detail::decode_tail_kernel<Cfg>) != cudaSuccess)
-          return Status::kCudaError;
-        tails_per_slot = tail.numRegs > 0 ? rec.numRegs / tail.numRegs : 0;
+        cudaFuncAttributes tail{};
+        if (cudaFuncGetAttributes(&tail, detail::decode_tail_kernel<Cfg>) != cudaSuccess) return Status::kCudaError;
+        tails_per_slot = tail.numRegs > 0 ? regs / tail.numRegs : 0;
       }
     }
   }

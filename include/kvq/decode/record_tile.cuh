@@ -318,8 +318,8 @@ struct RecordTile {
   // ---- blocked values ----
   // Word of block B lane g reads in a token-pair unit, and the bit of its first channel there
   // (both half-words).
-  KVQ_DEVICE static int v_block_word(int B, int g) { return 32 / v_cpw * B + 4 * g / v_cpw; }
-  KVQ_DEVICE static int v_lane_bit(int g) { return VQ::bits * ((4 * g) % v_cpw); }
+  KVQ_DEVICE static int v_block_word(int B, int g) { return blocked_value_word<VQ::bits>(B, g); }
+  KVQ_DEVICE static int v_lane_bit(int g) { return blocked_value_lane_bit<VQ::bits>(g); }
 
   struct VBlockPair {
     uint32_t w[v_blocks];  // one token pair's word of each block

@@ -553,15 +553,19 @@ Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename C
   return Status::kSuccess;
 }
 
-// CTAs of the records kernel one multiprocessor holds (what the planner sizes splits by).
+// CTAs of the records kernel one multiprocessor holds (what the planner sizes splits by), and the
+// registers a thread of it uses.
 template <class Cfg, int NT>
-Status records_occupancy(int* ctas_per_sm) {
+Status records_occupancy(int* ctas_per_sm, int* regs) {
   constexpr size_t bytes = RecordsSmem<Cfg, NT>::bytes;
+  cudaFuncAttributes attr{};
   if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
           cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, decode_records_kernel<Cfg, NT>, kDecodeWarps * 32, bytes) !=
-          cudaSuccess)
+          cudaSuccess ||
+      cudaFuncGetAttributes(&attr, decode_records_kernel<Cfg, NT>) != cudaSuccess)
     return Status::kCudaError;
+  *regs = attr.numRegs;
   return Status::kSuccess;
 }
 
