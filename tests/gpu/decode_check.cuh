@@ -332,12 +332,17 @@ void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cf
                                plan_sms > 0 ? plan_sms : num_sms()};
   REQUIRE(kvq::plan_decode<Cfg>(shape, &plan) == kvq::Status::kSuccess);
   // Half the steps run the tail beside the records kernel in a few CTAs (its dependent launch,
-  // plan.hpp) whatever the planner chose, so both tail modes meet the reference.
+  // plan.hpp) whatever the planner chose, so both tail modes meet the reference; and half the steps
+  // give a tail slot a random span of chunks (fewer slots than planned: the workspace holds them).
   if (plan.tail_ctas == 0 && rng() % 2) plan.tail_ctas = 1 + int32_t(rng() % 7);
+  if (rng() % 2) {
+    plan.tail_span = std::max<int32_t>(plan.tail_span, 1 + int32_t(rng() % uint32_t(plan.tail_chunks)));
+    plan.tail_slots = (plan.tail_chunks + plan.tail_span - 1) / plan.tail_span;
+  }
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
   const std::string where = where_base + " group " + std::to_string(group) + " max_q " + std::to_string(max_q) +
                             " splits " + std::to_string(plan.max_splits) + " split_tokens " + std::to_string(plan.split_tokens) +
-                            " tail_ctas " + std::to_string(plan.tail_ctas);
+                            " tail_ctas " + std::to_string(plan.tail_ctas) + " tail_span " + std::to_string(plan.tail_span);
   const std::vector<int32_t> prefix = host.len;
   attention_step_and_check<Cfg>(host, dev, counts, group, softcap, q, nk, nv, heads, where,
                                 [&](const kvq::CacheView<T>& view, DeviceAttention<T>& d, const std::string& w) {

@@ -68,8 +68,9 @@ TEST_CASE("decode plan: workspace parts are 256-byte aligned, disjoint and large
   for (size_t off : {p.partial_offset, p.stats_offset, p.status_offset, p.workspace_bytes}) CHECK(off % 256 == 0);
   const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
   CHECK(p.partial_offset >= size_t(s.batch) * size_t(p.transition_pages) * size_t(s.num_kv_heads) * 4096);
-  // one slot per split plus one per tail chunk (hot rows + new tokens: < R + P + max_q_len)
-  CHECK(int64_t(p.tail_slots) * kvq::kDecodeTailChunk >= s.residual + 32 + s.max_q_len);
+  // one slot per split plus the tail slots (hot rows + new tokens: < R + P + max_q_len)
+  CHECK(int64_t(p.tail_chunks) * kvq::kDecodeTailChunk >= s.residual + 32 + s.max_q_len);
+  CHECK(int64_t(p.tail_slots) * p.tail_span >= p.tail_chunks);
   CHECK(p.stats_offset - p.partial_offset >= size_t(p.max_splits + p.tail_slots) * rows * 64 * 4);
   CHECK(p.status_offset - p.stats_offset >= size_t(p.max_splits + p.tail_slots) * rows * 2 * 4);
   CHECK(p.workspace_bytes - p.status_offset >= size_t(s.batch) * 4);
@@ -98,10 +99,12 @@ TEST_CASE("decode plan: bad shapes are rejected") {
 }
 
 TEST_CASE("decode plan: the tail runs beside the records kernel only in the room its wave leaves, with a short share") {
-  // No dependent launch (tails_per_slot 0): always after the records kernel.
+  // No dependent launch (tails_per_slot 0): always after the records kernel, a CTA per chunk.
   kvq::DecodePlan p;
   REQUIRE(kvq::plan_decode(shape(8, 131072), 128, 64, 6144, &p, 4, 0) == kvq::Status::kSuccess);
   CHECK(p.tail_ctas == 0);
+  CHECK(p.tail_span == 1);
+  CHECK(p.tail_slots == p.tail_chunks);
   for (int batch : {1, 2, 8, 17, 32, 64})
     for (int64_t tokens : {int64_t(4096), int64_t(32768), int64_t(131072), int64_t(1 << 20)})
       for (int max_q : {1, 4, 16})
@@ -110,22 +113,38 @@ TEST_CASE("decode plan: the tail runs beside the records kernel only in the room
           CAPTURE(tokens);
           CAPTURE(max_q);
           REQUIRE(kvq::plan_decode(shape(batch, tokens, max_q), 128, 64, 6144, &p, 4, tails_per_slot) == kvq::Status::kSuccess);
+          // The slots cover the longest tail, no slot is empty for it.
+          CHECK(p.tail_chunks == (128 + 64 + max_q + 15) / 16);
+          CHECK(int64_t(p.tail_slots) * p.tail_span >= p.tail_chunks);
+          CHECK(int64_t(p.tail_slots - 1) * p.tail_span < p.tail_chunks);
+          if (p.tail_ctas == 0) {
+            CHECK(p.tail_span == 1);
+            continue;
+          }
           const int64_t tiles = (4 * max_q + p.rows_per_cta - 1) / p.rows_per_cta;
           const int64_t records = int64_t(batch) * 8 * tiles * p.max_splits, room = 132 * 4 - records;
-          const int64_t chunks = int64_t(batch) * 8 * ((4 * max_q + 7) / 8) * p.tail_slots;
-          if (p.tail_ctas == 0) continue;
+          const int64_t items = int64_t(batch) * 8 * ((4 * max_q + 7) / 8) * p.tail_slots;
           CHECK(p.tail_ctas <= room * tails_per_slot);  // only in the room the records wave leaves
-          CHECK(p.tail_ctas <= chunks);
-          CHECK((chunks + p.tail_ctas - 1) / p.tail_ctas <= 1 + p.split_tokens / 64 / 6);  // a short share
+          CHECK(p.tail_ctas <= items);
+          // a CTA's share of items fits in a records CTA's life
+          CHECK((items + p.tail_ctas - 1) / p.tail_ctas * (kvq::kTailItemUs + p.tail_span * kvq::kTailChunkUs) <=
+                kvq::decode_records_cta_us(p.split_tokens / 64));
         }
-  // The issue's shapes: after the records kernel at 128K (batch 1: 7 chunks a CTA in the 16 free
-  // slots, too many next to 32-page splits; batch 8: 52), beside it at batch 1 x 4K (one chunk a CTA).
+  // The issue's shapes (R 128, P 64, q_len 1: 13 chunks a tail). Batch 8 x 128K: beside, the
+  // 64 items of whole tails on the 16 free slots (4 items a CTA next to 256-page splits); batch 1 x
+  // 128K: two slots of 7 chunks a sequence and KV head, one item a CTA; batch 1 x 4K: one chunk a
+  // CTA (104 CTAs beside 128 records CTAs); batch 8 x 4K: no room, after.
   REQUIRE(kvq::plan_decode(shape(8, 131072), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
-  CHECK(p.tail_ctas == 0);
+  CHECK(p.tail_ctas == 16);
+  CHECK(p.tail_span == 13);
+  CHECK(p.tail_slots == 1);
   REQUIRE(kvq::plan_decode(shape(1, 131072), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
-  CHECK(p.tail_ctas == 0);
+  CHECK(p.tail_ctas == 16);
+  CHECK(p.tail_span == 7);
+  CHECK(p.tail_slots == 2);
   REQUIRE(kvq::plan_decode(shape(1, 4096), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
   CHECK(p.tail_ctas == 8 * 13);
+  CHECK(p.tail_span == 1);
   REQUIRE(kvq::plan_decode(shape(8, 4096), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
   CHECK(p.tail_ctas == 0);
 }

@@ -164,16 +164,23 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
     if (shape.num_kv_heads > 0 && shape.num_q_heads % shape.num_kv_heads == 0 && shape.max_q_len > 0) {
       const bool wide = decode_rows_per_cta(Cfg::head_dim, shape.num_q_heads / shape.num_kv_heads, shape.max_q_len) == 16;
       int regs = 0;
+      size_t smem = 0;
       const Status st = wide && Cfg::head_dim <= 128
-                            ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm, &regs)
-                            : detail::records_occupancy<Cfg, 1>(&ctas_per_sm, &regs);
+                            ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm, &regs, &smem)
+                            : detail::records_occupancy<Cfg, 1>(&ctas_per_sm, &regs, &smem);
       if (st != Status::kSuccess) return st;
-      // Tail CTAs that fit in one records CTA's registers (both have kDecodeWarps warps), where the
-      // device takes dependent launches: the tail may then run beside the records kernel.
+      // Tail CTAs that fit in one records CTA's registers and shared memory (both have
+      // kDecodeWarps warps; the driver reserves some shared memory per CTA), where the device takes
+      // dependent launches: the tail may then run beside the records kernel.
       if (detail::dependent_launch_supported()) {
         cudaFuncAttributes tail{};
-        if (cudaFuncGetAttributes(&tail, detail::decode_tail_kernel<Cfg>) != cudaSuccess) return Status::kCudaError;
-        tails_per_slot = tail.numRegs > 0 ? regs / tail.numRegs : 0;
+        int dev = 0, reserved = 0;
+        if (cudaFuncGetAttributes(&tail, detail::decode_tail_kernel<Cfg>) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+          return Status::kCudaError;
+        const int by_regs = tail.numRegs > 0 ? regs / tail.numRegs : 0;
+        const int by_smem = int((smem + size_t(reserved)) / (tail.sharedSizeBytes + size_t(reserved)));
+        tails_per_slot = by_regs < by_smem ? by_regs : by_smem;
       }
     }
   }

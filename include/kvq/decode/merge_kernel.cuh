@@ -1,5 +1,5 @@
 // kvq/decode/merge_kernel.cuh - the last decode launch: combines the partial softmax states of a
-// query row's slots (workspace.cuh: record splits, then tail chunks) exactly and writes the row.
+// query row's slots (workspace.cuh: record splits, then tail slots) exactly and writes the row.
 //
 // CTA = (new token, sequence, query head), kMergeThreads threads. A row's work is slots x (max,
 // sum) + slots x D partial floats, all in L2; a batch-1 call at 128K has ~80 slots, so the slots
@@ -39,7 +39,7 @@ __device__ inline float merge_block_reduce(float x, float* scratch, Op op) {
   return x;
 }
 
-// records_path: slots are the record splits holding tokens then the tail chunks; otherwise (the
+// records_path: slots are the record splits holding tokens then the tail slots; otherwise (the
 // element-wise path) the splits of all tokens.
 template <class Cfg>
 __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
@@ -62,7 +62,8 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
   s.target = cold_after(s.len + s.q_len, s.cold, plan.shape.residual, plan.page);
   const int64_t covered = records_path ? records_end(s) : s.len + s.q_len;
   const int splits = int((covered + plan.split_tokens - 1) / plan.split_tokens);
-  const int tails = records_path ? int((s.len + s.q_len - covered + kDecodeTailChunk - 1) / kDecodeTailChunk) : 0;
+  const int64_t tail_slot_tokens = int64_t(plan.tail_span) * kDecodeTailChunk;
+  const int tails = records_path ? int((s.len + s.q_len - covered + tail_slot_tokens - 1) / tail_slot_tokens) : 0;
   const int slots = splits + tails;
   const size_t row = size_t(s.q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;
   auto at_of = [&](int k) { return size_t(k < splits ? k : plan.max_splits + (k - splits)) * stride + row; };

@@ -42,8 +42,8 @@ struct DecodeShape {
 //   transition records [batch][R/P + 1][num_kv_heads][record_bytes]   pages turning cold this step
 //   partial outputs    [slots][total_q][num_q_heads][head_dim] fp32  unnormalised
 //   partial max/sum    [slots][total_q][num_q_heads][2] fp32
-// slots = max_splits record splits, then tail_slots chunks of kDecodeTailChunk tail tokens (hot
-// rows and new tokens: fewer than R + P + max_q_len of them).
+// slots = max_splits record splits, then tail_slots slots of tail_span chunks of kDecodeTailChunk
+// tail tokens each (hot rows and new tokens: fewer than R + P + max_q_len of them).
 //   sequence status    [batch] int32
 struct DecodePlan {
   DecodeShape shape;
@@ -53,36 +53,66 @@ struct DecodePlan {
   int32_t split_tokens;      // tokens per split (a multiple of the page)
   int32_t max_splits;        // splits of the longest sequence
   int32_t transition_pages;  // R/P + 1
-  int32_t tail_slots;        // ceil((R + P + max_q_len) / kDecodeTailChunk)
-  int32_t tail_ctas;         // 0: the tail kernel runs after the records kernel, one CTA per chunk;
+  int32_t tail_chunks;       // ceil((R + P + max_q_len) / kDecodeTailChunk): chunks of the longest tail
+  int32_t tail_span;         // chunks one tail slot covers (decode_tail_schedule)
+  int32_t tail_slots;        // ceil(tail_chunks / tail_span)
+  int32_t tail_ctas;         // 0: the tail kernel runs after the records kernel, one CTA per item;
                              // > 0: it runs beside it (a dependent launch) in this many CTAs, each
-                             // taking every tail_ctas-th chunk (decode_tail_ctas)
+                             // taking every tail_ctas-th item (decode_tail_schedule)
   size_t transition_offset, partial_offset, stats_offset, status_offset, workspace_bytes;
 };
 
 constexpr size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
 
-// The tail CTAs that run beside the records kernel (its dependent launch), or 0 for a tail kernel
-// after it. Beside it, the tail CTAs take the room the one-wave records grid leaves (free_slots
-// records CTAs' worth, tails_per_slot tail CTAs each; 0 when the device has no dependent launch),
-// and each works through its share of the tail chunks while the records CTAs stream their split.
-// Worth it only when that share is short next to a records CTA's life: a tail chunk (16 tokens for
-// up to 8 query rows, one CTA's dependent chain of loads and reductions) takes ~6 us in such a
-// loop (measured: 52 chunks a CTA 234 us, 7 chunks 44 us), a records CTA ~8 us of prologue and
-// epilogue plus ~1 us a page of its split (INT2 at D 128; wider formats take longer), so a CTA's
-// chunks may number at most 1 + split_pages / 6. In practice: short contexts, where the records
-// grid leaves most of the GPU free (batch 1 x 4K: 104 tail CTAs of one chunk beside 128 records
-// CTAs, 30.6 -> 23.0 us for INT2).
-constexpr int32_t decode_tail_ctas(int64_t free_slots, int tails_per_slot, int64_t tail_chunks, int64_t split_pages) {
-  if (free_slots <= 0 || tails_per_slot <= 0 || tail_chunks <= 0) return 0;
-  const int64_t ctas = free_slots * tails_per_slot < tail_chunks ? free_slots * tails_per_slot : tail_chunks;
-  return (tail_chunks + ctas - 1) / ctas <= 1 + split_pages / 6 ? int32_t(ctas) : 0;
+// Where and how the tail kernel runs (tail_kernel.cuh). Its work is items of (sequence, KV head x
+// row tile, slot): a slot is `span` consecutive chunks of kDecodeTailChunk tail tokens, which one
+// CTA walks with one softmax state and writes as one partial slot.
+struct TailSchedule {
+  int32_t ctas;   // 0: after the records kernel, one CTA an item; > 0: beside it in this many CTAs
+  int32_t span;   // chunks a slot covers
+  int32_t slots;  // ceil(chunks / span)
+};
+
+// Cost model of a tail item on the H200, in microseconds: resolving the sequence, staging its query
+// rows and storing the slot cost about one chunk's dependent round trips each (run d4 of 2026-12-04:
+// a one-chunk item ~6 us in a persistent loop beside the records kernel); a further chunk in the same
+// item costs its loads and math only.
+constexpr int kTailItemUs = 5, kTailChunkUs = 2;
+// A records CTA's life (INT2 at D 128, wider formats take longer): ~6 us of prologue and epilogue
+// plus ~1 us a page of its split.
+constexpr int64_t decode_records_cta_us(int64_t split_pages) { return 6 + split_pages; }
+
+// The tail beside the records kernel (its dependent launch) takes the room the one-wave records
+// grid leaves: free_slots records CTAs' worth, tails_per_slot tail CTAs each (0 when the device has
+// no dependent launch). The span is chosen to minimise a CTA's share of items (each item
+// kTailItemUs + span * kTailChunkUs); beside only if that share fits in a records CTA's life, else
+// after it with span 1 (every chunk its own CTA, all in parallel). base_items: sequences x KV heads
+// x row tiles; chunks: the tail chunks of the longest tail.
+constexpr TailSchedule decode_tail_schedule(int64_t free_slots, int tails_per_slot, int64_t base_items, int32_t chunks,
+                                            int64_t split_pages) {
+  const TailSchedule after{0, 1, chunks};
+  if (free_slots <= 0 || tails_per_slot <= 0 || base_items <= 0 || chunks <= 0) return after;
+  TailSchedule best = after;
+  int64_t best_us = decode_records_cta_us(split_pages) + 1;  // beside only within a records CTA's life
+  for (int32_t slots = 1; slots <= chunks; ++slots) {
+    const int32_t span = (chunks + slots - 1) / slots;
+    if ((chunks + span - 1) / span != slots) continue;  // the same span as fewer slots
+    const int64_t items = base_items * slots;
+    const int64_t ctas = free_slots * tails_per_slot < items ? free_slots * tails_per_slot : items;
+    const int64_t us = (items + ctas - 1) / ctas * (kTailItemUs + int64_t(span) * kTailChunkUs);
+    if (us < best_us) {
+      best_us = us;
+      best = TailSchedule{int32_t(ctas), span, slots};
+    }
+  }
+  return best;
 }
 
 // ctas_per_sm: CTAs of the split kernel one multiprocessor holds at once (kvq::plan_decode<Cfg>
 // asks the CUDA occupancy calculator). The split count fills exactly one wave: floor, not ceil,
 // since one CTA past the wave doubles the time of the whole launch. tails_per_slot: tail CTAs that
-// fit in the registers of one records CTA where the device takes dependent launches, else 0.
+// fit in the registers and shared memory of one records CTA where the device takes dependent
+// launches, else 0.
 inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t record_bytes, DecodePlan* plan,
                           int ctas_per_sm = 4, int tails_per_slot = 0) {
   if (!plan) return Status::kNullPointer;
@@ -114,11 +144,15 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
   p.transition_offset = 0;
   p.partial_offset = align256(size_t(s.batch) * p.transition_pages * s.num_kv_heads * record_bytes);
-  p.tail_slots = (s.residual + page + s.max_q_len + kDecodeTailChunk - 1) / kDecodeTailChunk;
+  p.tail_chunks = (s.residual + page + s.max_q_len + kDecodeTailChunk - 1) / kDecodeTailChunk;
   const int64_t row_tiles8 = (int64_t(group) * s.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
   const int64_t records_ctas = int64_t(p.max_splits) * ctas_without_split;
-  p.tail_ctas = decode_tail_ctas(int64_t(s.num_sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1) - records_ctas, tails_per_slot,
-                                 int64_t(s.batch) * s.num_kv_heads * row_tiles8 * p.tail_slots, p.split_tokens / page);
+  const TailSchedule tail = decode_tail_schedule(int64_t(s.num_sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1) - records_ctas,
+                                                 tails_per_slot, int64_t(s.batch) * s.num_kv_heads * row_tiles8,
+                                                 p.tail_chunks, p.split_tokens / page);
+  p.tail_ctas = tail.ctas;
+  p.tail_span = tail.span;
+  p.tail_slots = tail.slots;
   const size_t slots = size_t(p.max_splits) + size_t(p.tail_slots);
   p.stats_offset = p.partial_offset + align256(slots * rows * head_dim * 4);
   p.status_offset = p.stats_offset + align256(slots * rows * 2 * 4);

@@ -554,9 +554,9 @@ Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename C
 }
 
 // CTAs of the records kernel one multiprocessor holds (what the planner sizes splits by), and the
-// registers a thread of it uses.
+// registers a thread and the shared memory a CTA of it use.
 template <class Cfg, int NT>
-Status records_occupancy(int* ctas_per_sm, int* regs) {
+Status records_occupancy(int* ctas_per_sm, int* regs, size_t* smem) {
   constexpr size_t bytes = RecordsSmem<Cfg, NT>::bytes;
   cudaFuncAttributes attr{};
   if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
@@ -566,6 +566,7 @@ Status records_occupancy(int* ctas_per_sm, int* regs) {
       cudaFuncGetAttributes(&attr, decode_records_kernel<Cfg, NT>) != cudaSuccess)
     return Status::kCudaError;
   *regs = attr.numRegs;
+  *smem = attr.sharedSizeBytes + bytes;
   return Status::kSuccess;
 }
 

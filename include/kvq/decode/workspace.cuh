@@ -3,8 +3,8 @@
 //
 // Partial state of (slot, query row): unnormalised output o[D] and (max, sum) in natural-log
 // units, so that softmax(row) = sum_slots o * exp(max - M) / sum_slots sum * exp(max - M).
-// Slots 0 .. max_splits-1 hold the record splits, slots max_splits + k the k-th chunk of
-// kDecodeTailChunk tail tokens (hot rows + new tokens).
+// Slots 0 .. max_splits-1 hold the record splits, slots max_splits + k the k-th tail_span chunks
+// of kDecodeTailChunk tail tokens (hot rows + new tokens).
 #pragma once
 
 #include <cuda_runtime.h>
