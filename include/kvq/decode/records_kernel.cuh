@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   // group by the same per-channel relative error, which the naive fp16 attention does not have).
   constexpr bool KSPLIT = Tile::k_asym && std::is_same_v<T, fp16>;
   uint32_t qb[NT][KS][2], qlo[NT][KSPLIT ? KS : 1][2];
-  float bias[NT][2], unscale[NT][2];
+  float bias[NT][2];
   if constexpr (Tile::k_asym) {
     for (int r = warp; r < ROWS; r += kDecodeWarps) {
       float mx = 0.0f;
@@ -152,8 +152,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   KVQ_UNROLL
   for (int nt = 0; nt < NT; ++nt) {
     bias[nt][0] = bias[nt][1] = 0.0f;
-    unscale[nt][0] = Tile::k_asym ? row_down[nt * 8 + 2 * i] : 1.0f;
-    unscale[nt][1] = Tile::k_asym ? row_down[nt * 8 + 2 * i + 1] : 1.0f;
     KVQ_UNROLL
     for (int kk = 0; kk < KS; ++kk)
       KVQ_UNROLL
@@ -168,6 +166,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   // first channel in a value word.
   constexpr bool VB = Tile::v_blocked;
   constexpr int NB = Tile::v_blocks;
+  // m: the running max in y's units (below).
   float m[NT][2], l[NT][2], o[NT][MT][4], zz[NT][4];
   KVQ_UNROLL
   for (int nt = 0; nt < NT; ++nt) {
@@ -188,15 +187,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     for (int e = 0; e < 8; ++e) koff[e / 4][e % 4] = cw[e];
   }
   // Logits in log2 units: x = S pre (pre = 2^e softmax_scale log2(e)), or with a softcap
-  // x = softcap log2(e) tanh(S pre) (pre = 2^e softmax_scale / softcap).
+  // x = softcap log2(e) tanh(S pre) (pre = 2^e softmax_scale / softcap), 2^e the row's query scale
+  // (row_down; 1 for INT8 / "none" keys). The online softmax runs on y = S (no softcap) or y = x
+  // (softcap) and its running max m in y's units: p = exp2(y ps - m ps) with ps = pre or 1, one fma
+  // a logit (ps > 0, so the max of y is the max of x). The softcap path reads 2^e from shared memory
+  // where it needs it, so the loop holds one factor a row.
   const bool capped = a.softcap > 0.0f;
-  const float cap_log2 = a.softcap * 1.4426950408889634f;
-  float pre[NT][2];
+  const float cap_log2 = a.softcap * 1.4426950408889634f, cap_pre = capped ? a.softmax_scale / a.softcap : 0.0f;
+  auto row_unscale = [&](int nt, int hh) { return Tile::k_asym ? row_down[nt * 8 + 2 * i + hh] : 1.0f; };
+  float ps[NT][2];
   KVQ_UNROLL
   for (int nt = 0; nt < NT; ++nt)
     KVQ_UNROLL
-    for (int hh = 0; hh < 2; ++hh)
-      pre[nt][hh] = unscale[nt][hh] * (capped ? a.softmax_scale / a.softcap : a.softmax_scale * 1.4426950408889634f);
+    for (int hh = 0; hh < 2; ++hh) ps[nt][hh] = capped ? 1.0f : row_unscale(nt, hh) * (a.softmax_scale * 1.4426950408889634f);
   const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
 
   // ---- the warp's tiles ----
@@ -400,27 +403,41 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     // ---- online softmax over the step's 16 W tokens; P^T as the B operand of the value mma ----
     // The row max is reduced across the 8 lanes of a row (three dependent shuffles) only when some
     // lane holds a logit above the running max (one vote): otherwise the max does not move and
-    // the probabilities are exp2(x - m) with the running max, as the reduction would have given.
-    // The running max moves rarely after a split's first steps, so most steps skip the shuffle
-    // chain (v7's most stalled instructions, bench/NOTES.md). The probabilities are the same bit for
-    // bit as with a reduction every step; the running sum l differs only in rounding at the steps
-    // where the max moves (l * corr and + sum rounded apart instead of in one fma).
+    // the probabilities are exp2(y ps - m ps) with the running max, as the reduction would have
+    // given. The running max moves rarely after a split's first steps, so most steps skip the
+    // shuffle chain (v7's most stalled instructions, bench/NOTES.md). The running sum l rounds
+    // l * corr and + sum apart at the steps where the max moves.
+    // Tokens past rel_end (only in the warp's last tile, and only where records_end is not a
+    // multiple of 16: R below q_len) are masked in a warp-uniform branch.
+    const bool ragged = rel0[W - 1] + 16 > rel_end;
     uint32_t pb[W][NT][2];
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
-      float x[W][2][2], lmx[2];  // [tile][token g / g+8][row 2i + hh]; the lane's max per row
+      float y[W][2][2], lmx[2];  // [tile][token g / g+8][row 2i + hh]; the lane's max per row
+      KVQ_UNROLL
+      for (int hh = 0; hh < 2; ++hh)
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w)
+          KVQ_UNROLL
+          for (int u = 0; u < 2; ++u) {
+            y[w][u][hh] = sacc[w][nt][2 * u + hh];
+            if (capped) y[w][u][hh] = cap_log2 * tanhf(y[w][u][hh] * (row_unscale(nt, hh) * cap_pre));
+          }
+      if (ragged) {
+        asm volatile("");  // keeps this a branch: if-converted, its selects would run every step
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w)
+          KVQ_UNROLL
+          for (int u = 0; u < 2; ++u)
+            if (rel0[w] + g + 8 * u >= rel_end) y[w][u][0] = y[w][u][1] = -INFINITY;
+      }
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
         lmx[hh] = -INFINITY;
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
-          for (int u = 0; u < 2; ++u) {
-            float y = sacc[w][nt][2 * u + hh] * pre[nt][hh];  // 2^e and the scale in one
-            if (capped) y = cap_log2 * tanhf(y);
-            x[w][u][hh] = rel0[w] + g + 8 * u < rel_end ? y : -INFINITY;
-            lmx[hh] = fmaxf(lmx[hh], x[w][u][hh]);
-          }
+          for (int u = 0; u < 2; ++u) lmx[hh] = fmaxf(lmx[hh], y[w][u][hh]);
       }
       if (__any_sync(0xffffffffu, lmx[0] > m[nt][0] || lmx[1] > m[nt][1])) {  // a running max moves
         float cr[2];
@@ -431,7 +448,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
           const float m_new = fmaxf(m[nt][hh], mx);
-          cr[hh] = exp2_approx(m[nt][hh] - (m_new == -INFINITY ? 0.0f : m_new));
+          const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+          cr[hh] = exp2_approx((m[nt][hh] - m_use) * ps[nt][hh]);
           l[nt][hh] *= cr[hh];
           m[nt][hh] = m_new;
         }
@@ -445,12 +463,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
       float p[W][2][2];
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
-        const float m_use = m[nt][hh] == -INFINITY ? 0.0f : m[nt][hh];
+        const float mneg = -(m[nt][hh] == -INFINITY ? 0.0f : m[nt][hh]) * ps[nt][hh];
         float sum = 0.0f;
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
-          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(x[w][u][hh] - m_use), sum += p[w][u][hh];
+          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(fmaf(y[w][u][hh], ps[nt][hh], mneg)), sum += p[w][u][hh];
         l[nt][hh] += sum;
       }
       KVQ_UNROLL
@@ -523,7 +541,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
       lt += __shfl_xor_sync(0xffffffffu, lt, 16);
       const int r = nt * 8 + 2 * i + hh;
       if (g == 0) {
-        red_m[warp * ROWS + r] = m[nt][hh] * 0.6931471805599453f;  // natural-log units, as the merge expects
+        red_m[warp * ROWS + r] = m[nt][hh] * ps[nt][hh] * 0.6931471805599453f;  // natural-log units, as the merge expects
         red_l[warp * ROWS + r] = lt;
       }
       KVQ_UNROLL
