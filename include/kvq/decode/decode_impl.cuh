@@ -169,18 +169,26 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
                             ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm, &regs, &smem)
                             : detail::records_occupancy<Cfg, 1>(&ctas_per_sm, &regs, &smem);
       if (st != Status::kSuccess) return st;
-      // Tail CTAs that fit in one records CTA's registers and shared memory (both have
-      // kDecodeWarps warps; the driver reserves some shared memory per CTA), where the device takes
-      // dependent launches: the tail may then run beside the records kernel.
+      // Tail CTAs that fit on a multiprocessor that holds one records CTA fewer than it can (both
+      // kernels have kDecodeWarps warps; registers are allocated per warp, the driver reserves some
+      // shared memory per CTA), where the device takes dependent launches: the tail may then run
+      // beside the records kernel in the room its one-wave grid leaves.
       if (detail::dependent_launch_supported()) {
         cudaFuncAttributes tail{};
-        int dev = 0, reserved = 0;
+        int dev = 0, reserved = 0, sm_smem = 0, sm_regs = 0;
         if (cudaFuncGetAttributes(&tail, detail::decode_tail_kernel<Cfg>) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+            cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sm_regs, cudaDevAttrMaxRegistersPerMultiprocessor, dev) != cudaSuccess)
           return Status::kCudaError;
-        const int by_regs = tail.numRegs > 0 ? regs / tail.numRegs : 0;
-        const int by_smem = int((smem + size_t(reserved)) / (tail.sharedSizeBytes + size_t(reserved)));
-        tails_per_slot = by_regs < by_smem ? by_regs : by_smem;
+        const auto warp_regs = [](int per_thread) { return (per_thread * 32 + 255) / 256 * 256; };
+        const int held = ctas_per_sm > 1 ? ctas_per_sm - 1 : 0;
+        const long free_regs = long(sm_regs) - long(held) * long(detail::kDecodeWarps) * warp_regs(regs);
+        const long free_smem = long(sm_smem) - long(held) * long(smem + size_t(reserved));
+        const long by_regs = tail.numRegs > 0 ? free_regs / (long(detail::kDecodeWarps) * warp_regs(tail.numRegs)) : 0;
+        const long by_smem = free_smem / long(tail.sharedSizeBytes + size_t(reserved));
+        const long fit = by_regs < by_smem ? by_regs : by_smem;
+        tails_per_slot = fit > 0 ? int(fit) : 0;
       }
     }
   }
