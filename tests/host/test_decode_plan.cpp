@@ -99,12 +99,13 @@ TEST_CASE("decode plan: bad shapes are rejected") {
 }
 
 TEST_CASE("decode plan: the tail runs beside the records kernel only in the room its wave leaves, with a short share") {
-  // No dependent launch (tails_per_slot 0): always after the records kernel, a CTA per chunk.
+  // No dependent launch (tails_per_slot 0): always after the records kernel, one round of chunks
+  // (one a warp) per CTA.
   kvq::DecodePlan p;
   REQUIRE(kvq::plan_decode(shape(8, 131072), 128, 64, 6144, &p, 4, 0) == kvq::Status::kSuccess);
   CHECK(p.tail_ctas == 0);
-  CHECK(p.tail_span == 1);
-  CHECK(p.tail_slots == p.tail_chunks);
+  CHECK(p.tail_span == kvq::kDecodeTailChunksInFlight);
+  CHECK(p.tail_slots == (p.tail_chunks + 3) / 4);
   for (int batch : {1, 2, 8, 17, 32, 64})
     for (int64_t tokens : {int64_t(4096), int64_t(32768), int64_t(131072), int64_t(1 << 20)})
       for (int max_q : {1, 4, 16})
@@ -118,7 +119,7 @@ TEST_CASE("decode plan: the tail runs beside the records kernel only in the room
           CHECK(int64_t(p.tail_slots) * p.tail_span >= p.tail_chunks);
           CHECK(int64_t(p.tail_slots - 1) * p.tail_span < p.tail_chunks);
           if (p.tail_ctas == 0) {
-            CHECK(p.tail_span == 1);
+            CHECK(p.tail_span == std::min(p.tail_chunks, kvq::kDecodeTailChunksInFlight));
             continue;
           }
           const int64_t tiles = (4 * max_q + p.rows_per_cta - 1) / p.rows_per_cta;
@@ -127,13 +128,13 @@ TEST_CASE("decode plan: the tail runs beside the records kernel only in the room
           CHECK(p.tail_ctas <= room * tails_per_slot);  // only in the room the records wave leaves
           CHECK(p.tail_ctas <= items);
           // a CTA's share of items fits in a records CTA's life
-          CHECK((items + p.tail_ctas - 1) / p.tail_ctas * (kvq::kTailItemUs + p.tail_span * kvq::kTailChunkUs) <=
+          CHECK((items + p.tail_ctas - 1) / p.tail_ctas * kvq::decode_tail_item_us(p.tail_span) <=
                 kvq::decode_records_cta_us(p.split_tokens / 64));
         }
-  // The issue's shapes (R 128, P 64, q_len 1: 13 chunks a tail). Batch 8 x 128K: beside, the
-  // 64 items of whole tails on the 16 free slots (4 items a CTA next to 256-page splits); batch 1 x
-  // 128K: two slots of 7 chunks a sequence and KV head, one item a CTA; batch 1 x 4K: one chunk a
-  // CTA (104 CTAs beside 128 records CTAs); batch 8 x 4K: no room, after.
+  // The issue's shapes (R 128, P 64, q_len 1: 13 chunks a tail). Batch 8 x 128K: beside, the 64
+  // items of whole tails on the 16 free slots (4 items a CTA next to 256-page splits); batch 1 x
+  // 128K: two slots of 7 chunks a sequence and KV head, one item a CTA; batch 1 x 4K: slots of
+  // 4 chunks (one round), 32 CTAs beside 128 records CTAs; batch 8 x 4K: no room, after.
   REQUIRE(kvq::plan_decode(shape(8, 131072), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
   CHECK(p.tail_ctas == 16);
   CHECK(p.tail_span == 13);
@@ -143,8 +144,8 @@ TEST_CASE("decode plan: the tail runs beside the records kernel only in the room
   CHECK(p.tail_span == 7);
   CHECK(p.tail_slots == 2);
   REQUIRE(kvq::plan_decode(shape(1, 4096), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
-  CHECK(p.tail_ctas == 8 * 13);
-  CHECK(p.tail_span == 1);
+  CHECK(p.tail_ctas == 8 * 4);
+  CHECK(p.tail_span == 4);
   REQUIRE(kvq::plan_decode(shape(8, 4096), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
   CHECK(p.tail_ctas == 0);
 }

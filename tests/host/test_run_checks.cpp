@@ -17,7 +17,7 @@ using T = kvq::bf16;
 TEST_CASE("attention run checks: plan, buffers and alignment are checked before any launch") {
   alignas(256) static uint8_t pool[512];
   alignas(256) static uint8_t ws[1024];
-  static T ring[16], q[16], out[16];
+  alignas(16) static T ring[16], q[16], out[16];
   static int32_t table[4], slot[1], len[1], cold[1], cu[2];
   static uint32_t flags;
   kvq::CacheView<T> v;
@@ -73,4 +73,16 @@ TEST_CASE("attention run checks: plan, buffers and alignment are checked before 
   kvq::CacheView<T> odd_pool = v;
   odd_pool.cold = pool + 8;
   CHECK(run(odd_pool, a, plan, ws, 512, out, &flags) == kvq::Status::kInvalidShape);
+  // Row buffers the kernels read with 16-byte loads: each one off by one element is refused.
+  for (int field = 0; field < 5; ++field) {
+    kvq::CacheView<T> cv = v;
+    kvq::AttentionBatch<T> ab = a;
+    if (field == 0) ab.q = q + 1;
+    if (field == 1) ab.new_k = q + 1;
+    if (field == 2) ab.new_v = q + 1;
+    if (field == 3) cv.hot_k = ring + 1;
+    if (field == 4) cv.hot_v = ring + 1;
+    CAPTURE(field);
+    CHECK(run(cv, ab, plan, ws, 512, out, &flags) == kvq::Status::kInvalidShape);
+  }
 }

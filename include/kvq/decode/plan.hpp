@@ -74,23 +74,27 @@ struct TailSchedule {
 };
 
 // Cost model of a tail item on the H200, in microseconds: resolving the sequence, staging its query
-// rows and storing the slot cost about one chunk's dependent round trips each (run d4 of 2026-12-04:
-// a one-chunk item ~6 us in a persistent loop beside the records kernel); a further chunk in the same
-// item costs its loads and math only.
-constexpr int kTailItemUs = 5, kTailChunkUs = 2;
+// rows and storing the slot (a few dependent round trips), then the slot's chunks in rounds of
+// kDecodeTailChunksInFlight (one chunk per warp, each round a load round trip and two small
+// tensor-core products). Measured in bench/NOTES.md (2026-12-04, decode v10).
+constexpr int kTailItemUs = 4, kTailRoundUs = 2;
+constexpr int kDecodeTailChunksInFlight = 4;  // a tail CTA's warps (workspace.cuh, kDecodeWarps)
+constexpr int64_t decode_tail_item_us(int32_t span) {
+  return kTailItemUs + int64_t(kTailRoundUs) * ((span + kDecodeTailChunksInFlight - 1) / kDecodeTailChunksInFlight);
+}
 // A records CTA's life (INT2 at D 128, wider formats take longer): ~6 us of prologue and epilogue
 // plus ~1 us a page of its split.
 constexpr int64_t decode_records_cta_us(int64_t split_pages) { return 6 + split_pages; }
-
 // The tail beside the records kernel (its dependent launch) takes the room the one-wave records
 // grid leaves: free_slots records CTAs' worth, tails_per_slot tail CTAs each (0 when the device has
-// no dependent launch). The span is chosen to minimise a CTA's share of items (each item
-// kTailItemUs + span * kTailChunkUs); beside only if that share fits in a records CTA's life, else
-// after it with span 1 (every chunk its own CTA, all in parallel). base_items: sequences x KV heads
-// x row tiles; chunks: the tail chunks of the longest tail.
+// no dependent launch). The span is chosen to minimise a CTA's share of items (decode_tail_item_us
+// each); beside only if that share fits in a records CTA's life, else after it with one round of
+// chunks an item (every CTA's warps busy once, all items in parallel). base_items: sequences x KV
+// heads x row tiles; chunks: the tail chunks of the longest tail.
 constexpr TailSchedule decode_tail_schedule(int64_t free_slots, int tails_per_slot, int64_t base_items, int32_t chunks,
                                             int64_t split_pages) {
-  const TailSchedule after{0, 1, chunks};
+  const int32_t after_span = chunks < kDecodeTailChunksInFlight ? (chunks > 0 ? chunks : 1) : kDecodeTailChunksInFlight;
+  const TailSchedule after{0, after_span, (chunks + after_span - 1) / after_span};
   if (free_slots <= 0 || tails_per_slot <= 0 || base_items <= 0 || chunks <= 0) return after;
   TailSchedule best = after;
   int64_t best_us = decode_records_cta_us(split_pages) + 1;  // beside only within a records CTA's life
@@ -99,7 +103,7 @@ constexpr TailSchedule decode_tail_schedule(int64_t free_slots, int tails_per_sl
     if ((chunks + span - 1) / span != slots) continue;  // the same span as fewer slots
     const int64_t items = base_items * slots;
     const int64_t ctas = free_slots * tails_per_slot < items ? free_slots * tails_per_slot : items;
-    const int64_t us = (items + ctas - 1) / ctas * (kTailItemUs + int64_t(span) * kTailChunkUs);
+    const int64_t us = (items + ctas - 1) / ctas * decode_tail_item_us(span);
     if (us < best_us) {
       best_us = us;
       best = TailSchedule{int32_t(ctas), span, slots};
