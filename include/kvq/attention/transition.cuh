@@ -12,6 +12,7 @@
 
 #include "kvq/append/page_encoder.cuh"
 #include "kvq/attention/token_source.hpp"
+#include "kvq/core/dependent_launch.cuh"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -24,6 +25,7 @@ __global__ void __launch_bounds__(256) KVQ_HIDDEN
   __shared__ PageEncoderSmem<Cfg> sm;
   __shared__ SeqAttention s;
   const int j = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
+  launch_dependents();  // decode's records kernel may start; it waits for this grid before reading the records
   if (threadIdx.x == 0) s = resolve_attention(v, a, b, P);
   __syncthreads();
   if (s.status != Status::kSuccess) return;  // reported by the attention kernel

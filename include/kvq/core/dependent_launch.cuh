@@ -2,14 +2,18 @@
 // launched with it may start while the kernel before it in the stream still runs, once every CTA
 // of that kernel has called launch_dependents() (or exited).
 //
-// kvq uses it where the two kernels are independent (decode: the records kernel, then the tail
-// kernel, which reads nothing the records kernel writes), so the second fills the multiprocessor
-// room the first leaves. The dependent kernel calls wait_prior_grids() before it exits, on every
-// path: its completion then implies the earlier kernel's, so launches after it in the stream (the
-// merge) see both. Below 9.0 both device functions compile to nothing.
+// kvq's decode chains its launches this way (decode_impl.cuh): transition -> records -> tail ->
+// merge. A dependent kernel calls wait_prior_grids() before it reads what the earlier kernel
+// writes, and on every path before it exits, so its completion implies the earlier kernel's and
+// the chain stays ordered for what follows in the stream. Where the two are independent (the
+// records and tail kernels) the dependent fills the multiprocessor room the earlier one leaves;
+// elsewhere the dependent's launch latency and prologue overlap the earlier kernel's end. Below
+// 9.0 both device functions compile to nothing and launch_dependent() is an ordinary launch.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <utility>
 
 #include "kvq/core/platform.hpp"
 
@@ -37,6 +41,25 @@ inline bool dependent_launch_supported() {
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
     return false;
   return major >= 9;
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) as the dependent of the kernel before it
+// in the stream where the device takes dependent launches, else as an ordinary launch. The kernel
+// must call wait_prior_grids() before it touches what the earlier kernel writes.
+template <class... Params, class... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = dependent_launch_supported() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace detail

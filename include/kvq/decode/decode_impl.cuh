@@ -1,12 +1,15 @@
 // kvq/decode/decode_impl.cuh - decode attention kernels (include from one .cu per configuration).
 //
-// Four launches on the caller's stream, no host synchronisation:
+// Four launches on the caller's stream, no host synchronisation, chained as dependent launches
+// where the device takes them (core/dependent_launch.cuh: each waits for the one before it before
+// reading its output, so a launch's latency and prologue overlap the end of the previous one):
 //  1. transition: pages of the prefix that turn cold in this step (the append may not have run
 //     yet) are quantized into the workspace with the append's own code (page_encoder.cuh);
 //  2. records (records_kernel.cuh): tensor-core split-KV over the tokens served by records (cold
 //     pool + transition pages), every K/V byte read once per KV head for the whole GQA group;
 //  3. tail (tail_kernel.cuh): the hot ring rows and the new tokens (fewer than R + P + 16 tokens
-//     per sequence), read in the model dtype, causal over the new tokens; one slot per chunk.
+//     per sequence), read in the model dtype, causal over the new tokens; one slot per item of
+//     plan.tail_span 16-token chunks, on the tensor cores.
 //     Where the plan says so (plan.tail_ctas, compute capability 9.0+) it is the records kernel's
 //     dependent launch: a few CTAs in the room the records grid leaves, running beside it;
 //  4. merge (merge_kernel.cuh): combines the slots of every (token, query head) exactly
@@ -132,16 +135,8 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
       return Status::kCudaError;
     }
     if (plan.tail_ctas > 0) {  // beside the records kernel: its dependent launch (plan.hpp, tail_kernel.cuh)
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(unsigned(plan.tail_ctas));
-      cfg.blockDim = dim3(detail::kDecodeWarps * 32);
-      cfg.stream = stream;
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr.val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = &attr;
-      cfg.numAttrs = detail::dependent_launch_supported() ? 1 : 0;  // else an ordinary launch after the records
-      if (cudaLaunchKernelEx(&cfg, detail::decode_tail_kernel<Cfg>, cache, batch, plan, ws, flags) != cudaSuccess)
+      if (detail::launch_dependent(detail::decode_tail_kernel<Cfg>, dim3(unsigned(plan.tail_ctas)), dim3(detail::kDecodeWarps * 32),
+                                   0, stream, cache, batch, plan, ws, flags) != cudaSuccess)
         return Status::kCudaError;
     } else {
       detail::decode_tail_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
@@ -151,9 +146,9 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
     detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles8)),
                                              detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
   }
-  detail::decode_merge_kernel<Cfg><<<dim3(unsigned(plan.shape.max_q_len), nb, unsigned(batch.num_q_heads)),
-                                      detail::kMergeThreads, 0, stream>>>(
-      batch, plan, ws, out, records_path);
+  if (detail::launch_dependent(detail::decode_merge_kernel<Cfg>, dim3(unsigned(plan.shape.max_q_len), nb, unsigned(batch.num_q_heads)),
+                               dim3(detail::kMergeThreads), 0, stream, batch, plan, ws, out, records_path) != cudaSuccess)
+    return Status::kCudaError;
   return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
 }
 

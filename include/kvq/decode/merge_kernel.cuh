@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "kvq/attention/token_source.hpp"
+#include "kvq/core/dependent_launch.cuh"
 #include "kvq/decode/workspace.cuh"
 
 KVQ_NAMESPACE_BEGIN
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
   __shared__ float scratch[kMergeThreads / 32];
   __shared__ float part_o[PARTS > 1 ? PARTS - 1 : 1][D];
   const int i = blockIdx.x, b = blockIdx.y, hq = blockIdx.z;
+  wait_prior_grids();  // launched as the dependent of the kernel before it (decode_impl.cuh): its slots are written
   if (ws.status[b]) return;
   SeqAttention s{};
   s.len = a.lengths.len[b];

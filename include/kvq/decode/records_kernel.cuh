@@ -94,7 +94,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   __shared__ SeqAttention s;
   __shared__ int bad;
 
-  launch_dependents();  // the tail kernel (independent of this one) may take the room this grid leaves
+  // The tail kernel (independent of this one) may take the room this grid leaves. This grid is
+  // itself the transition kernel's dependent: every path waits for it (wait_prior_grids) before
+  // reading a transition record or exiting.
+  launch_dependents();
   const int split = blockIdx.x, b = blockIdx.y;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + ROWS - 1) / ROWS;
@@ -106,10 +109,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   const int64_t end = rec_end < start + plan.split_tokens ? rec_end : start + plan.split_tokens;
   if (!pages_valid(v, b, s, bad, start, end, P)) {
     if (threadIdx.x == 0) reject_sequence(ws, b, flags);
+    wait_prior_grids();
     return;
   }
   const int rows = group * s.q_len;
-  if (start >= end || row0 >= rows) return;  // the merge reads only the splits that hold tokens
+  if (start >= end || row0 >= rows) {  // the merge reads only the splits that hold tokens
+    wait_prior_grids();
+    return;
+  }
 
   for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
     const int r = idx / D, c = idx % D, rg = row0 + r;
@@ -483,6 +490,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
 
   const uint8_t* rec_cur[NPM];
   const uint8_t* rec_next[NPM];
+  wait_prior_grids();  // the transition records are written
   if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
     macro_records(0, rec_cur);
     KVQ_UNROLL
@@ -567,8 +575,10 @@ Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename C
   if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
       cudaSuccess)
     return Status::kCudaError;
-  decode_records_kernel<Cfg, NT><<<grid, kDecodeWarps * 32, bytes, stream>>>(v, a, plan, ws, flags);
-  return Status::kSuccess;
+  return launch_dependent(decode_records_kernel<Cfg, NT>, grid, dim3(kDecodeWarps * 32), bytes, stream, v, a, plan, ws, flags) ==
+                 cudaSuccess
+             ? Status::kSuccess
+             : Status::kCudaError;
 }
 
 // CTAs of the records kernel one multiprocessor holds (what the planner sizes splits by), and the

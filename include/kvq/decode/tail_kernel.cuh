@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, Cfg::head_dim <= 128 ? 4 : 
     float qs[RT][D];           // the item's query rows, until they are in registers
     WarpStates<RT, D> red;     // the warps' states at the item's end
   } sh;
+  launch_dependents();  // the merge kernel may start (it waits for this grid before reading)
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + RT - 1) / RT;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
