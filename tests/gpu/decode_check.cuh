@@ -403,7 +403,7 @@ void check_decode_long(uint64_t seed, int group, int max_q) {
 
 // Many slots per query row: one sequence of 300,000 tokens, one KV head, planned as if for a
 // 300-multiprocessor GPU so that the split count (1,172 splits of kDecodeSplitMinPages pages at
-// page 64) takes the merge kernel three passes of kMergeThreads (512) slots, whatever GPU runs it.
+// page 64) takes the merge kernel many passes (kMergeBatch slots a thread), whatever GPU runs it.
 template <class Cfg>
 void check_decode_many_slots(uint64_t seed) {
   constexpr int P = Cfg::page, D = Cfg::head_dim;
