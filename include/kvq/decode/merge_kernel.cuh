@@ -59,12 +59,15 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
   for (int base = part; base < slots; base += kMergeBatch * PARTS) {
     float ms[kMergeBatch], ls[kMergeBatch], po[kMergeBatch];
     KVQ_UNROLL
-    for (int u = 0; u < kMergeBatch; ++u) {
+    for (int u = 0; u < kMergeBatch; ++u) {  // past the row's slots: no load, weight 0
       const int k = base + u * PARTS;
-      const size_t at = at_of(k < slots ? k : base);  // past the row's slots: the pass's first again, weight 0
-      ms[u] = k < slots ? ws.stats[2 * at] : -INFINITY;
-      ls[u] = ws.stats[2 * at + 1];
-      po[u] = ws.partial[at * D + c];
+      ms[u] = -INFINITY, ls[u] = 0.0f, po[u] = 0.0f;
+      if (k < slots) {
+        const size_t at = at_of(k);
+        ms[u] = ws.stats[2 * at];
+        ls[u] = ws.stats[2 * at + 1];
+        po[u] = ws.partial[at * D + c];
+      }
     }
     float mx = m;
     KVQ_UNROLL
