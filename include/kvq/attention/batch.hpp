@@ -31,6 +31,7 @@ struct AttentionBatch {
   int32_t num_q_heads = 0;        // a multiple of the cache's num_kv_heads (GQA group of any size)
   SeqLengths lengths;             // len: prefix length; cold: cold tokens the cache holds now
   const int32_t* cu_q = nullptr;  // [batch + 1] prefix sums of q_len
+  // q, new_k, new_v: 16-byte aligned (the kernels read rows with 16-byte loads).
   const T* q = nullptr;           // [cu_q[batch]][num_q_heads][head_dim]
   const T* new_k = nullptr;       // [cu_q[batch]][num_kv_heads][head_dim]
   const T* new_v = nullptr;       // [cu_q[batch]][num_kv_heads][head_dim]

@@ -19,7 +19,8 @@ struct CacheView {
   int64_t num_pages = 0;
 
   // Hot rings: [num_slots][window][num_kv_heads][head_dim] of T each, window = residual + page.
-  // Token t of the sequence in slot s is row t mod window of ring s while it is hot.
+  // Token t of the sequence in slot s is row t mod window of ring s while it is hot. 16-byte
+  // aligned (the attention kernels read rows with 16-byte loads).
   T* hot_k = nullptr;
   T* hot_v = nullptr;
   int32_t num_slots = 0;
