@@ -76,7 +76,9 @@ struct TailSchedule {
 // Cost model of a tail item on the H200, in microseconds: resolving the sequence, staging its query
 // rows and storing the slot (a few dependent round trips), then the slot's chunks in rounds of
 // kDecodeTailChunksInFlight (one chunk per warp, each round a load round trip and two small
-// tensor-core products). Measured in bench/NOTES.md (2026-12-04, decode v10).
+// tensor-core products). Measured (bench/NOTES.md, decode v10): alone on the H200 a batch-8 x 128K
+// tail (4 items of 13 chunks a CTA) takes 42 us, a batch-1 one (an item of 7 chunks a CTA) 12 us;
+// the model's round of 2 us leaves room for the slowdown beside the records kernel.
 constexpr int kTailItemUs = 4, kTailRoundUs = 2;
 constexpr int kDecodeTailChunksInFlight = 4;  // a tail CTA's warps (workspace.cuh, kDecodeWarps)
 constexpr int64_t decode_tail_item_us(int32_t span) {
@@ -115,8 +117,8 @@ constexpr TailSchedule decode_tail_schedule(int64_t free_slots, int tails_per_sl
 // ctas_per_sm: CTAs of the split kernel one multiprocessor holds at once (kvq::plan_decode<Cfg>
 // asks the CUDA occupancy calculator). The split count fills exactly one wave: floor, not ceil,
 // since one CTA past the wave doubles the time of the whole launch. tails_per_slot: tail CTAs that
-// fit in the registers and shared memory of one records CTA where the device takes dependent
-// launches, else 0.
+// fit on a multiprocessor holding one records CTA fewer than it can (registers and shared memory)
+// where the device takes dependent launches, else 0.
 inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t record_bytes, DecodePlan* plan,
                           int ctas_per_sm = 4, int tails_per_slot = 0) {
   if (!plan) return Status::kNullPointer;
