@@ -431,7 +431,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
             if (capped) y[w][u][hh] = cap_log2 * tanhf(y[w][u][hh] * (row_unscale(nt, hh) * cap_pre));
           }
       if (ragged) {
-        asm volatile("");  // pins this as a branch (ptxas 13.0 keeps it one anyway): if-converted, its selects would run every step
+        // Pins this as a branch (ptxas 13.0 keeps it one anyway): if-converted, its selects
+        // would run every step.
+        asm volatile("");
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
