@@ -118,6 +118,79 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     return;
   }
 
+  const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
+
+  // ---- the warp's tiles ----
+  // The warp's pages are pages 0, 4, 8, ... of the split counted from `base` (its first token);
+  // tile n is tile n % TPP of the warp's page n / TPP. Offsets from base fit 32 bits (a split is
+  // below 2^31 tokens), so the loop does no 64-bit arithmetic except once per page.
+  // The loop runs in macro-iterations of U = S tiles, fully unrolled, so a tile's ring slot and,
+  // when a macro-iteration covers whole pages (U >= TPP), its place in the page are compile-time
+  // constants: every copy address is a register plus an immediate. Within a macro-iteration the
+  // tiles go in steps of W (2 when the ring has 4 stages): one online-softmax update per step.
+  constexpr int U = S, W = (S == 4 && TPP >= 2) ? 2 : 1;
+  constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per macro-iteration
+  constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
+  const int64_t base = (start / P + warp) * P;
+  const int rel_end = end > base ? int(end - base) : 0;
+  int ntiles = 0, npages = 0;
+  if (rel_end > 0) {
+    const int kmax = (rel_end - 1) / P / 4;  // the warp's last page
+    const int left = rel_end - 4 * kmax * P;
+    ntiles = kmax * TPP + ((left < P ? left : P) + 15) / 16;
+    npages = kmax + 1;
+  }
+  const int nmacro = (ntiles + U - 1) / U;
+  // Record (+ 16 * lane) of the warp's page kp (page base / P + 4 kp of the sequence): record
+  // (page, h) of a pool lies at pool + h * record_bytes + page * stride. The warp computes these
+  // addresses 32 pages at a time, lane k the record of page 32 c + k (one coalesced block-table
+  // read, the 64-bit arithmetic once per 32 pages), and a page turn takes its address from lane
+  // kp % 32 by a shuffle. Past the warp's last page: its last page again (copied into a stage the
+  // loop never reads, so the copy path has no branch; the bytes come from L2).
+  const int64_t stride = int64_t(v.num_kv_heads) * int64_t(Cfg::record_bytes);
+  const int64_t page0 = base / P, cold_pages = s.cold / P;
+  const int32_t* bt_row = v.block_table + int64_t(b) * v.max_pages_per_seq + page0;
+  const int cold_rel = cold_pages - page0 < int64_t(4) * npages ? int(cold_pages - page0) : 4 * npages;  // may be < 0
+  const uint8_t* const cold_h = v.cold + int64_t(h) * int64_t(Cfg::record_bytes);
+  const uint8_t* const trans_h = transition + int64_t(h) * int64_t(Cfg::record_bytes);
+  unsigned long long lane_record = 0;  // record of page 32 * record_chunk + lane (clamped to the last)
+  int record_chunk = -1;
+  auto page_record = [&](int kp) -> const uint8_t* {
+    kp = kp < npages ? kp : npages - 1;
+    if (kp / 32 != record_chunk) {  // warp-uniform: once per 32 pages
+      record_chunk = kp / 32;
+      const int kl = 32 * record_chunk + lane, rel = 4 * (kl < npages ? kl : npages - 1);
+      const uint8_t* r = rel < cold_rel ? cold_h + int64_t(bt_row[rel]) * stride : trans_h + (rel + page0 - cold_pages) * stride;
+      lane_record = reinterpret_cast<unsigned long long>(r);
+    }
+    return reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, lane_record, kp % 32)) + 16 * lane;
+  };
+  // Records of macro-iteration mm's pages.
+  auto macro_records = [&](int mm, const uint8_t* (&r)[NPM]) {
+    KVQ_UNROLL
+    for (int q = 0; q < NPM; ++q) r[q] = page_record(U >= TPP ? mm * NPM + q : mm / MPP);
+  };
+  // Tile-in-page of tile t of macro-iteration mm (a constant when U >= TPP).
+  auto tile_in_page = [&](int mm, int t) { return U >= TPP ? t % TPP : (mm % MPP) * U + t; };
+  uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
+  const uint32_t ring_lane = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + 16 * lane;
+  auto issue = [&](const uint8_t* const (&r)[NPM], int mm, int t) {  // tile t of macro-iteration mm
+    Tile::copy(ring_lane + t * Tile::bytes, r[U >= TPP ? t / TPP : 0], 16 * tile_in_page(mm, t), lane);
+    cp_async_commit();
+  };
+
+  // The ring's first tiles are in flight while the queries are staged (the ring does not overlap
+  // the query area). A split that reaches the pages turning cold waits for the transition grid
+  // first; the others wait before the loop (every path waits before exiting).
+  const uint8_t* rec_cur[NPM];
+  const uint8_t* rec_next[NPM];
+  if (end > s.cold) wait_prior_grids();  // the transition records are written
+  if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
+    macro_records(0, rec_cur);
+    KVQ_UNROLL
+    for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
+  }
+
   for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
     const int r = idx / D, c = idx % D, rg = row0 + r;
     qs[idx] = rg < rows ? a.q[(size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + c].to_float() : 0.0f;
@@ -207,67 +280,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   for (int nt = 0; nt < NT; ++nt)
     KVQ_UNROLL
     for (int hh = 0; hh < 2; ++hh) ps[nt][hh] = capped ? 1.0f : row_unscale(nt, hh) * (a.softmax_scale * 1.4426950408889634f);
-  const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
-
-  // ---- the warp's tiles ----
-  // The warp's pages are pages 0, 4, 8, ... of the split counted from `base` (its first token);
-  // tile n is tile n % TPP of the warp's page n / TPP. Offsets from base fit 32 bits (a split is
-  // below 2^31 tokens), so the loop does no 64-bit arithmetic except once per page.
-  // The loop runs in macro-iterations of U = S tiles, fully unrolled, so a tile's ring slot and,
-  // when a macro-iteration covers whole pages (U >= TPP), its place in the page are compile-time
-  // constants: every copy address is a register plus an immediate. Within a macro-iteration the
-  // tiles go in steps of W (2 when the ring has 4 stages): one online-softmax update per step.
-  constexpr int U = S, W = (S == 4 && TPP >= 2) ? 2 : 1;
-  constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per macro-iteration
-  constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
-  const int64_t base = (start / P + warp) * P;
-  const int rel_end = end > base ? int(end - base) : 0;
-  int ntiles = 0, npages = 0;
-  if (rel_end > 0) {
-    const int kmax = (rel_end - 1) / P / 4;  // the warp's last page
-    const int left = rel_end - 4 * kmax * P;
-    ntiles = kmax * TPP + ((left < P ? left : P) + 15) / 16;
-    npages = kmax + 1;
-  }
-  const int nmacro = (ntiles + U - 1) / U;
-  // Record (+ 16 * lane) of the warp's page kp (page base / P + 4 kp of the sequence): record
-  // (page, h) of a pool lies at pool + h * record_bytes + page * stride. The warp computes these
-  // addresses 32 pages at a time, lane k the record of page 32 c + k (one coalesced block-table
-  // read, the 64-bit arithmetic once per 32 pages), and a page turn takes its address from lane
-  // kp % 32 by a shuffle. Past the warp's last page: its last page again (copied into a stage the
-  // loop never reads, so the copy path has no branch; the bytes come from L2).
-  const int64_t stride = int64_t(v.num_kv_heads) * int64_t(Cfg::record_bytes);
-  const int64_t page0 = base / P, cold_pages = s.cold / P;
-  const int32_t* bt_row = v.block_table + int64_t(b) * v.max_pages_per_seq + page0;
-  const int cold_rel = cold_pages - page0 < int64_t(4) * npages ? int(cold_pages - page0) : 4 * npages;  // may be < 0
-  const uint8_t* const cold_h = v.cold + int64_t(h) * int64_t(Cfg::record_bytes);
-  const uint8_t* const trans_h = transition + int64_t(h) * int64_t(Cfg::record_bytes);
-  unsigned long long lane_record = 0;  // record of page 32 * record_chunk + lane (clamped to the last)
-  int record_chunk = -1;
-  auto page_record = [&](int kp) -> const uint8_t* {
-    kp = kp < npages ? kp : npages - 1;
-    if (kp / 32 != record_chunk) {  // warp-uniform: once per 32 pages
-      record_chunk = kp / 32;
-      const int kl = 32 * record_chunk + lane, rel = 4 * (kl < npages ? kl : npages - 1);
-      const uint8_t* r = rel < cold_rel ? cold_h + int64_t(bt_row[rel]) * stride : trans_h + (rel + page0 - cold_pages) * stride;
-      lane_record = reinterpret_cast<unsigned long long>(r);
-    }
-    return reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, lane_record, kp % 32)) + 16 * lane;
-  };
-  // Records of macro-iteration mm's pages.
-  auto macro_records = [&](int mm, const uint8_t* (&r)[NPM]) {
-    KVQ_UNROLL
-    for (int q = 0; q < NPM; ++q) r[q] = page_record(U >= TPP ? mm * NPM + q : mm / MPP);
-  };
-  // Tile-in-page of tile t of macro-iteration mm (a constant when U >= TPP).
-  auto tile_in_page = [&](int mm, int t) { return U >= TPP ? t % TPP : (mm % MPP) * U + t; };
-  uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
-  const uint32_t ring_lane = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + 16 * lane;
-  auto issue = [&](const uint8_t* const (&r)[NPM], int mm, int t) {  // tile t of macro-iteration mm
-    Tile::copy(ring_lane + t * Tile::bytes, r[U >= TPP ? t / TPP : 0], 16 * tile_in_page(mm, t), lane);
-    cp_async_commit();
-  };
-
   // Key bias of a new key group (INT2/INT4 keys) and Q'' = (q 2^-e) * scale for its tiles:
   //   bias = zero . (q 2^-e) - offset . Q''
   // zero . (q 2^-e): one mma per k-step with the queries as A (rows = heads, qz quads straight from
@@ -490,14 +502,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     for (int w = 0; w < W; ++w) tile_values(ring + (t + w) * Tile::bytes, pb[w]);
   };
 
-  const uint8_t* rec_cur[NPM];
-  const uint8_t* rec_next[NPM];
-  wait_prior_grids();  // the transition records are written
-  if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
-    macro_records(0, rec_cur);
-    KVQ_UNROLL
-    for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
-  }
+  wait_prior_grids();  // (every path waits for the transition grid before exiting)
   for (int mm = 0; mm < nmacro; ++mm) {
     macro_records(mm + 1, rec_next);
     KVQ_UNROLL
