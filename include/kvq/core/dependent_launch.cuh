@@ -8,7 +8,8 @@
 // the chain stays ordered for what follows in the stream. Where the two are independent (the
 // records and tail kernels) the dependent fills the multiprocessor room the earlier one leaves;
 // elsewhere the dependent's launch latency and prologue overlap the earlier kernel's end. Below
-// 9.0 both device functions compile to nothing and launch_dependent() is an ordinary launch.
+// 9.0 (the device's or the kernel's compiled architecture) both device functions compile to nothing
+// and launch_dependent() is an ordinary launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,8 +44,19 @@ inline bool dependent_launch_supported() {
   return major >= 9;
 }
 
+// Whether `kernel` can be launched as a dependent on the current device: the device takes dependent
+// launches and the kernel was compiled for compute capability 9.0+ (ptxVersion, the virtual
+// architecture of its code). A kernel compiled from older PTX (compute_80 JIT-compiled on a Hopper
+// GPU) has no griddepcontrol instructions, so its wait_prior_grids() is empty: launched as a
+// dependent it could read the earlier kernel's output too soon. It is launched the ordinary way.
+template <class... Params>
+bool dependent_launch_supported(void (*kernel)(Params...)) {
+  cudaFuncAttributes attr{};
+  return dependent_launch_supported() && cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.ptxVersion >= 90;
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args...) as the dependent of the kernel before it
-// in the stream where the device takes dependent launches, else as an ordinary launch. The kernel
+// in the stream where dependent_launch_supported(kernel), else as an ordinary launch. The kernel
 // must call wait_prior_grids() before it touches what the earlier kernel writes.
 template <class... Params, class... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
@@ -58,7 +70,7 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = dependent_launch_supported() ? 1 : 0;
+  cfg.numAttrs = dependent_launch_supported(kernel) ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

@@ -168,7 +168,7 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
       // kernels have kDecodeWarps warps; registers are allocated per warp, the driver reserves some
       // shared memory per CTA), where the device takes dependent launches: the tail may then run
       // beside the records kernel in the room its one-wave grid leaves.
-      if (detail::dependent_launch_supported()) {
+      if (detail::dependent_launch_supported(detail::decode_tail_kernel<Cfg>)) {
         cudaFuncAttributes tail{};
         int dev = 0, reserved = 0, sm_smem = 0, sm_regs = 0;
         if (cudaFuncGetAttributes(&tail, detail::decode_tail_kernel<Cfg>) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess ||
