@@ -3,6 +3,8 @@
 // lengths within the plan, and a query row whose slots need several passes of the merge kernel.
 #include "decode_check.cuh"
 
+#include <algorithm>
+
 namespace {
 
 using Cfg = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>;
@@ -126,6 +128,22 @@ TEST_SUITE("gpu") {
     size_t written = 0;
     for (size_t x = 2 * row; x < got.size(); ++x) written += got[x].bits != 0xffffu;
     CHECK_MESSAGE(written == 0, written << " outputs of rejected sequences were written");
+  }
+
+  TEST_CASE("decode: its launches are chained as dependent launches where device and code allow it") {
+    // The kernels' waits (griddepcontrol) exist only in code compiled for 9.0+: the chained
+    // launches and the tail beside the records kernel must be on exactly when the device is 9.0+
+    // and this binary holds such code (__CUDA_ARCH_LIST__: the architectures nvcc compiled for).
+    constexpr int archs[] = {__CUDA_ARCH_LIST__};
+    int newest = 0;
+    for (int arch : archs) newest = std::max(newest, arch);
+    int dev = 0, major = 0;
+    REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
+    REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess);
+    const bool expected = major >= 9 && newest >= 900;
+    CHECK(kvq::detail::dependent_launch_supported(kvq::detail::decode_merge_kernel<Cfg>) == expected);
+    CHECK(kvq::detail::dependent_launch_supported(kvq::detail::decode_tail_kernel<Cfg>) == expected);
+    CHECK(kvq::detail::dependent_launch_supported(kvq::detail::decode_records_kernel<Cfg, 1>) == expected);
   }
 
   TEST_CASE("decode: captured once in a CUDA graph, replayed with different lengths") {
