@@ -148,4 +148,8 @@ TEST_CASE("decode plan: the tail runs beside the records kernel only in the room
   CHECK(p.tail_span == 4);
   REQUIRE(kvq::plan_decode(shape(8, 4096), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
   CHECK(p.tail_ctas == 0);
+  // The launches are chained only where the caller says the device and kernels take it.
+  CHECK(p.dependent_launches == 0);
+  REQUIRE(kvq::plan_decode(shape(8, 4096), 128, 64, 6144, &p, 4, 1, true) == kvq::Status::kSuccess);
+  CHECK(p.dependent_launches == 1);
 }

@@ -44,23 +44,28 @@ inline bool dependent_launch_supported() {
   return major >= 9;
 }
 
-// Whether `kernel` can be launched as a dependent on the current device: the device takes dependent
+// Whether a kernel can be launched as a dependent on the current device: the device takes dependent
 // launches and the kernel was compiled for compute capability 9.0+ (ptxVersion, the virtual
 // architecture of its code). A kernel compiled from older PTX (compute_80 JIT-compiled on a Hopper
 // GPU) has no griddepcontrol instructions, so its wait_prior_grids() is empty: launched as a
 // dependent it could read the earlier kernel's output too soon. It is launched the ordinary way.
+// (Host queries: decode asks them once, in its plan, not at every launch.)
+inline bool dependent_launch_supported(const cudaFuncAttributes& kernel) {
+  return dependent_launch_supported() && kernel.ptxVersion >= 90;
+}
 template <class... Params>
 bool dependent_launch_supported(void (*kernel)(Params...)) {
   cudaFuncAttributes attr{};
-  return dependent_launch_supported() && cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.ptxVersion >= 90;
+  return cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && dependent_launch_supported(attr);
 }
 
-// Launches kernel<<<grid, block, smem, stream>>>(args...) as the dependent of the kernel before it
-// in the stream where dependent_launch_supported(kernel), else as an ordinary launch. The kernel
-// must call wait_prior_grids() before it touches what the earlier kernel writes.
+// Launches kernel<<<grid, block, smem, stream>>>(args...), as the dependent of the kernel before it
+// in the stream where `dependent` (dependent_launch_supported(kernel), decided once by the caller),
+// else as an ordinary launch. The kernel must call wait_prior_grids() before it touches what the
+// earlier kernel writes.
 template <class... Params, class... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                             Args&&... args) {
+cudaError_t launch_dependent(void (*kernel)(Params...), bool dependent, dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -70,7 +75,7 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = dependent_launch_supported(kernel) ? 1 : 0;
+  cfg.numAttrs = dependent ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

@@ -135,8 +135,8 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
       return Status::kCudaError;
     }
     if (plan.tail_ctas > 0) {  // beside the records kernel: its dependent launch (plan.hpp, tail_kernel.cuh)
-      if (detail::launch_dependent(detail::decode_tail_kernel<Cfg>, dim3(unsigned(plan.tail_ctas)), dim3(detail::kDecodeWarps * 32),
-                                   0, stream, cache, batch, plan, ws, flags) != cudaSuccess)
+      if (detail::launch_dependent(detail::decode_tail_kernel<Cfg>, plan.dependent_launches != 0, dim3(unsigned(plan.tail_ctas)),
+                                   dim3(detail::kDecodeWarps * 32), 0, stream, cache, batch, plan, ws, flags) != cudaSuccess)
         return Status::kCudaError;
     } else {
       detail::decode_tail_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
@@ -146,14 +146,20 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
     detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles8)),
                                              detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
   }
-  if (detail::launch_dependent(detail::decode_merge_kernel<Cfg>, dim3(unsigned(plan.shape.max_q_len), nb, unsigned(batch.num_q_heads)),
-                               dim3(detail::kMergeThreads), 0, stream, batch, plan, ws, out, records_path) != cudaSuccess)
+  if (detail::launch_dependent(detail::decode_merge_kernel<Cfg>, plan.dependent_launches != 0,
+                               dim3(unsigned(plan.shape.max_q_len), nb, unsigned(batch.num_q_heads)), dim3(detail::kMergeThreads),
+                               0, stream, batch, plan, ws, out, records_path) != cudaSuccess)
     return Status::kCudaError;
   return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
 }
 
 template <class Cfg>
 Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
+  // Every kernel of the configuration is compiled for the same architectures: the merge kernel's
+  // attributes decide for the chain (core/dependent_launch.cuh).
+  cudaFuncAttributes merge{};
+  if (cudaFuncGetAttributes(&merge, detail::decode_merge_kernel<Cfg>) != cudaSuccess) return Status::kCudaError;
+  const bool chained = detail::dependent_launch_supported(merge);
   int ctas_per_sm = 4, tails_per_slot = 0;
   if constexpr (detail::RecordTile<Cfg>::supported) {
     if (shape.num_kv_heads > 0 && shape.num_q_heads % shape.num_kv_heads == 0 && shape.max_q_len > 0) {
@@ -166,9 +172,9 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
       if (st != Status::kSuccess) return st;
       // Tail CTAs that fit on a multiprocessor that holds one records CTA fewer than it can (both
       // kernels have kDecodeWarps warps; registers are allocated per warp, the driver reserves some
-      // shared memory per CTA), where the device takes dependent launches: the tail may then run
-      // beside the records kernel in the room its one-wave grid leaves.
-      if (detail::dependent_launch_supported(detail::decode_tail_kernel<Cfg>)) {
+      // shared memory per CTA), where the launches are chained: the tail may then run beside the
+      // records kernel in the room its one-wave grid leaves.
+      if (chained) {
         cudaFuncAttributes tail{};
         int dev = 0, reserved = 0, sm_smem = 0, sm_regs = 0;
         if (cudaFuncGetAttributes(&tail, detail::decode_tail_kernel<Cfg>) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess ||
@@ -188,7 +194,7 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
     }
   }
   return plan_decode(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, plan, ctas_per_sm > 0 ? ctas_per_sm : 1,
-                     tails_per_slot);
+                     tails_per_slot, chained);
 }
 
 #define KVQ_INSTANTIATE_DECODE(Cfg)                                                                           \

@@ -59,6 +59,8 @@ struct DecodePlan {
   int32_t tail_ctas;         // 0: the tail kernel runs after the records kernel, one CTA per item;
                              // > 0: it runs beside it (a dependent launch) in this many CTAs, each
                              // taking every tail_ctas-th item (decode_tail_schedule)
+  int32_t dependent_launches;  // 1: decode chains its launches as dependent launches (plan_decode<Cfg>
+                               // on a device and with kernels that take them); 0: ordinary launches
   size_t transition_offset, partial_offset, stats_offset, status_offset, workspace_bytes;
 };
 
@@ -116,11 +118,12 @@ constexpr TailSchedule decode_tail_schedule(int64_t free_slots, int tails_per_sl
 
 // ctas_per_sm: CTAs of the split kernel one multiprocessor holds at once (kvq::plan_decode<Cfg>
 // asks the CUDA occupancy calculator). The split count fills exactly one wave: floor, not ceil,
-// since one CTA past the wave doubles the time of the whole launch. tails_per_slot: tail CTAs that
-// fit on a multiprocessor holding one records CTA fewer than it can (registers and shared memory)
-// where the device takes dependent launches, else 0.
+// since one CTA past the wave doubles the time of the whole launch. dependent_launches: whether
+// the device and the compiled kernels take dependent launches (plan_decode<Cfg> asks once, so
+// kvq::decode does not at every launch). tails_per_slot: tail CTAs that fit on a multiprocessor
+// holding one records CTA fewer than it can (registers and shared memory) where they do, else 0.
 inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t record_bytes, DecodePlan* plan,
-                          int ctas_per_sm = 4, int tails_per_slot = 0) {
+                          int ctas_per_sm = 4, int tails_per_slot = 0, bool dependent_launches = false) {
   if (!plan) return Status::kNullPointer;
   if (s.batch < 0 || s.num_kv_heads <= 0 || s.num_q_heads <= 0 || s.num_q_heads % s.num_kv_heads != 0 ||
       s.max_tokens < 0 || s.max_q_len < 1 || s.max_q_len > kDecodeMaxQLen || s.total_q < 0 || s.num_sms <= 0 ||
@@ -153,6 +156,7 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   p.tail_chunks = (s.residual + page + s.max_q_len + kDecodeTailChunk - 1) / kDecodeTailChunk;
   const int64_t row_tiles8 = (int64_t(group) * s.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
   const int64_t records_ctas = int64_t(p.max_splits) * ctas_without_split;
+  p.dependent_launches = dependent_launches ? 1 : 0;
   const TailSchedule tail = decode_tail_schedule(int64_t(s.num_sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1) - records_ctas,
                                                  tails_per_slot, int64_t(s.batch) * s.num_kv_heads * row_tiles8,
                                                  p.tail_chunks, p.split_tokens / page);

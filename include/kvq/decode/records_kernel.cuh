@@ -582,8 +582,8 @@ Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename C
   if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
       cudaSuccess)
     return Status::kCudaError;
-  return launch_dependent(decode_records_kernel<Cfg, NT>, grid, dim3(kDecodeWarps * 32), bytes, stream, v, a, plan, ws, flags) ==
-                 cudaSuccess
+  return launch_dependent(decode_records_kernel<Cfg, NT>, plan.dependent_launches != 0, grid, dim3(kDecodeWarps * 32), bytes,
+                          stream, v, a, plan, ws, flags) == cudaSuccess
              ? Status::kSuccess
              : Status::kCudaError;
 }
