@@ -4,7 +4,9 @@
 // where the device takes them (core/dependent_launch.cuh: each waits for the one before it before
 // reading its output, so a launch's latency and prologue overlap the end of the previous one):
 //  1. transition: pages of the prefix that turn cold in this step (the append may not have run
-//     yet) are quantized into the workspace with the append's own code (page_encoder.cuh);
+//     yet) are quantized into the workspace with the append's own code (page_encoder.cuh); it
+//     also clears the sequences' status words, which a later kernel sets (after waiting for it)
+//     when it rejects a sequence;
 //  2. records (records_kernel.cuh): tensor-core split-KV over the tokens served by records (cold
 //     pool + transition pages), every K/V byte read once per KV head for the whole GQA group;
 //  3. tail (tail_kernel.cuh): the hot ring rows and the new tokens (fewer than R + P + 16 tokens
@@ -119,11 +121,10 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   if (st != Status::kSuccess) return st;
   if (batch.batch == 0) return Status::kSuccess;
   const detail::DecodeWorkspace ws = detail::carve(plan, workspace);
-  if (cudaMemsetAsync(ws.status, 0, size_t(batch.batch) * 4, stream) != cudaSuccess) return Status::kCudaError;
   const int group = batch.num_q_heads / cache.num_kv_heads;
   const int row_tiles8 = (group * plan.shape.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
   const unsigned nb = unsigned(batch.batch);
-  detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream);
+  detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream, ws.status);  // clears ws.status
   constexpr bool records_path = detail::RecordTile<Cfg>::supported;
   if constexpr (records_path) {
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;

@@ -6,8 +6,9 @@
 // p, p + PARTS, ... in passes of kMergeBatch: every load of a pass (the max, the sum and the
 // channel's partial output of each slot) is issued before any use, and the part keeps an online
 // log-sum-exp state across passes; the parts combine once through shared memory. A batch-1 call
-// at 128K (66 slots, D 128: 4 parts of 17 slots) is one pass: two dependent L2 round trips (the
-// lengths, then the slots) and one barrier.
+// at 128K (66 slots, D 128: 4 parts of 17 slots) is one pass: the lengths are read before the
+// wait for the earlier grid, then one L2 round trip (the status word and the slots) and one
+// barrier.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,20 +36,29 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
   static_assert(kMergeThreads % D == 0, "a CTA holds whole rows of channels");
   __shared__ float part_m[PARTS], part_l[PARTS], part_o[PARTS][D];
   const int i = blockIdx.x, b = blockIdx.y, hq = blockIdx.z;
-  wait_prior_grids();  // launched as the dependent of the kernel before it (decode_impl.cuh): its slots are written
-  const int32_t rejected = ws.status[b];
+  // The lengths are the caller's (complete before the chain's first kernel started): read while
+  // the kernel before this one still runs.
   SeqAttention s{};
   s.len = a.lengths.len[b];
   s.cold = a.lengths.cold[b];
   s.q0 = a.cu_q[b];
   s.q_len = int32_t(a.cu_q[b + 1] - s.q0);
-  if (rejected || i >= s.q_len) return;
+  wait_prior_grids();  // launched as the dependent of the kernel before it (decode_impl.cuh): its slots are written
+  if (i >= s.q_len) return;
+  // A rejected sequence's slots are not written: loaded (inside the workspace) with the status word
+  // in one round trip, never used.
+  const int32_t rejected = ws.status[b];
   s.target = cold_after(s.len + s.q_len, s.cold, plan.shape.residual, plan.page);
   const int64_t covered = records_path ? records_end(s) : s.len + s.q_len;
-  const int splits = int((covered + plan.split_tokens - 1) / plan.split_tokens);
+  const int64_t splits64 = (covered + plan.split_tokens - 1) / plan.split_tokens;
   const int64_t tail_slot_tokens = int64_t(plan.tail_span) * kDecodeTailChunk;
-  const int tails = records_path ? int((s.len + s.q_len - covered + tail_slot_tokens - 1) / tail_slot_tokens) : 0;
-  const int slots = splits + tails;
+  const int64_t tails64 = records_path ? (s.len + s.q_len - covered + tail_slot_tokens - 1) / tail_slot_tokens : 0;
+  // Lengths the plan cannot serve belong to a rejected sequence: no slot is read (nor any load made
+  // outside the workspace).
+  const bool in_plan = splits64 >= 0 && splits64 <= plan.max_splits && tails64 >= 0 && tails64 <= plan.tail_slots &&
+                       s.q0 >= 0 && s.q0 + i < plan.shape.total_q;
+  const int splits = in_plan ? int(splits64) : 0;
+  const int slots = in_plan ? int(splits64 + tails64) : 0;
   const size_t row = size_t(s.q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;
   auto at_of = [&](int k) { return size_t(k < splits ? k : plan.max_splits + (k - splits)) * stride + row; };
   const int part = threadIdx.x / D, c = threadIdx.x % D;
@@ -84,6 +94,7 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
     }
     m = mx;
   }
+  if (rejected) return;  // the same for the whole CTA
   if (c == 0) part_m[part] = m, part_l[part] = l;
   part_o[part][c] = o;
   __syncthreads();

@@ -124,7 +124,7 @@ struct RecordTile {
   // Position in its word (the pair's bit is KQ::bits times it) of lane i's pair j, which feeds
   // k-step j / 2. INT2 takes a word's positions in the order 0 1 2 3 5 6 4 7, so that the two pairs
   // of every k-step carry the offsets (64, 16) or (4, 4) (quant/offset_code.hpp) and two quads of
-  // key offsets serve all k-steps; the others in order.
+  // key offsets serve all k-steps; the others in order (INT4: (64, 64) and (256, 16)).
   KVQ_HD_CONSTEXPR static int k_pos(int j) {
     const int q = j % k_pairs_per_word;
     return k_asym && KQ::bits == 2 && q >= 4 ? (0x7465 >> (4 * (q - 4))) & 0xF : q;

@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   const int64_t start = int64_t(split) * plan.split_tokens;
   const int64_t end = rec_end < start + plan.split_tokens ? rec_end : start + plan.split_tokens;
   if (!pages_valid(v, b, s, bad, start, end, P)) {
+    wait_prior_grids();  // the transition grid has cleared the status word
     if (threadIdx.x == 0) reject_sequence(ws, b, flags);
-    wait_prior_grids();
     return;
   }
   const int rows = group * s.q_len;

@@ -73,6 +73,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, Cfg::head_dim <= 128 ? 4 : 
     __syncthreads();  // the previous item is done with the shared state
     resolve_sequence_for_cta(v, a, plan, b, P, s, bad);
     if (bad) {
+      // Beside the records kernel, after its grid (and so the transition grid, which clears the
+      // status word) is done; an error path: a rejected sequence is not computed anyway.
+      wait_prior_grids();
       if (threadIdx.x == 0) reject_sequence(ws, b, flags);
       continue;
     }

@@ -3,15 +3,18 @@
 // exact fp16 pair (offset + code, offset + code').
 //
 // The code is moved to mantissa bit t of an fp16 whose exponent makes the mantissa's bit t worth
-// 1: the value is 2^(10 - t) + code, exactly. t is 4, 6 or 8 (offsets 64, 16, 4): high enough that
-// the offset is small next to the code (removing it later from fp32 sums of exact products costs
-// at most ~6 of fp32's 24 bits), low enough that the code fits the 10 mantissa bits. A shift of
-// the whole 32-bit word moves both half-words' codes at once (a code moves inside its half-word);
-// the mask keeps only bits that came from the same half-word. Each target is chosen so that a word
-// takes few shifts: INT2 positions 4, 6, 8 need none, 0 and 2 share one (left by 4: ptxas can put
-// it on the FMA pipe as IMAD.SHL, off the busier ALU pipe), 10, 12 and 14 share one (right by 6);
-// INT4 position 4 needs none and 0, 8, 12 one each. Shared by the host tests and the decode
-// kernel (its keys).
+// 1: the value is 2^(10 - t) + code, exactly. t is 2, 4, 6 or 8 (offsets 256, 64, 16, 4): high
+// enough that the offset is small next to the code (removing it later from fp32 sums of exact
+// products costs at most ~8 of fp32's 24 bits, ~6 for INT2), low enough that the code fits the 10
+// mantissa bits. A shift of the whole 32-bit word moves both half-words' codes at once (a code
+// moves inside its half-word); the mask keeps only bits that came from the same half-word. Each
+// target is chosen so that a word takes two shifts, one of them left by 4 (ptxas can put it on the
+// FMA pipe as IMAD.SHL, off the busier ALU pipe):
+//   INT2 positions 4, 6, 8 need none, 0 and 2 share one (left by 4), 10, 12 and 14 share one
+//   (right by 6);
+//   INT4 position 4 needs none, 0 takes one (left by 4), 8 and 12 share one (right by 6: targets
+//   2 and 6).
+// Shared by the host tests and the decode kernel (its keys).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +29,7 @@ namespace detail {
 template <int Bits>
 KVQ_HD_CONSTEXPR int offset_code_target(int p) {
   static_assert(Bits == 2 || Bits == 4, "INT2 or INT4 codes");
-  if (Bits == 4) return p == 4 ? 4 : 6;
+  if (Bits == 4) return p <= 4 ? 4 : p - 6;
   return p < 4 ? p + 4 : p <= 8 ? p : p - 6;
 }
 
@@ -37,7 +40,7 @@ KVQ_HD_CONSTEXPR int offset_code_offset(int p) {
 }
 
 // Shift that brings bit p to its target (left when positive): a word's 8 INT2 pairs take 2 shifts
-// (and 3 positions none), its 4 INT4 pairs 3.
+// (and 3 positions none), its 4 INT4 pairs 2 (and 1 position none).
 template <int Bits>
 KVQ_HD_CONSTEXPR int offset_code_shift(int p) {
   return offset_code_target<Bits>(p) - p;
