@@ -51,8 +51,7 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
   s.target = cold_after(s.len + s.q_len, s.cold, plan.shape.residual, plan.page);
   const int64_t covered = records_path ? records_end(s) : s.len + s.q_len;
   const int64_t splits64 = (covered + plan.split_tokens - 1) / plan.split_tokens;
-  const int64_t tail_slot_tokens = int64_t(plan.tail_span) * kDecodeTailChunk;
-  const int64_t tails64 = records_path ? (s.len + s.q_len - covered + tail_slot_tokens - 1) / tail_slot_tokens : 0;
+  const int64_t tails64 = records_path ? tail_slots_used(s, plan) : 0;
   // Lengths the plan cannot serve belong to a rejected sequence: no slot is read (nor any load made
   // outside the workspace).
   const bool in_plan = splits64 >= 0 && splits64 <= plan.max_splits && tails64 >= 0 && tails64 <= plan.tail_slots &&

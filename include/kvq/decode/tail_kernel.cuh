@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, Cfg::head_dim <= 128 ? 4 : 
       if (threadIdx.x == 0) reject_sequence(ws, b, flags);
       continue;
     }
-    const int64_t all_end = s.len + s.q_len, span = int64_t(plan.tail_span) * kDecodeTailChunk;
+    const int64_t all_end = s.len + s.q_len, span = tail_slot_tokens(plan);
     const int64_t first_t = records_end(s) + slot * span;
     const int64_t item_end = all_end < first_t + span ? all_end : first_t + span;
     const int rows = group * s.q_len;

@@ -36,6 +36,15 @@ inline DecodeWorkspace carve(const DecodePlan& p, void* ws) {
                          reinterpret_cast<float*>(base + p.stats_offset), reinterpret_cast<int32_t*>(base + p.status_offset)};
 }
 
+// Tokens one tail slot covers (plan.tail_span chunks), and the tail slots sequence s fills: its
+// tail is [records_end(s), len + q_len), at most plan.tail_slots slots for a sequence the plan
+// serves. Shared by the tail kernel (which writes them) and the merge (which reads them).
+KVQ_HD int64_t tail_slot_tokens(const DecodePlan& plan) { return int64_t(plan.tail_span) * kDecodeTailChunk; }
+KVQ_HD int64_t tail_slots_used(const SeqAttention& s, const DecodePlan& plan) {
+  const int64_t span = tail_slot_tokens(plan);
+  return (s.len + s.q_len - records_end(s) + span - 1) / span;
+}
+
 // A sequence the plan cannot serve (or whose lengths are invalid): rejected, not computed.
 KVQ_HD bool sequence_exceeds_plan(const SeqAttention& s, const DecodePlan& plan) {
   return s.status != Status::kSuccess || s.q_len > plan.shape.max_q_len || s.q0 + s.q_len > plan.shape.total_q ||
