@@ -71,6 +71,12 @@ struct RecordsSmem {
 #ifndef KVQ_DECODE_RECORDS_MIN_CTAS
 #define KVQ_DECODE_RECORDS_MIN_CTAS 4
 #endif
+// Tiles of one online-softmax step where the ring has 4 stages (1 or 2; the copies in flight are
+// the other 4 - this); a tuning knob, measured in bench/NOTES.md.
+#ifndef KVQ_DECODE_RECORDS_STEP
+#define KVQ_DECODE_RECORDS_STEP 2
+#endif
+static_assert(KVQ_DECODE_RECORDS_STEP == 1 || KVQ_DECODE_RECORDS_STEP == 2, "a step of 1 or 2 tiles");
 
 template <class Cfg, int NT>
 __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORDS_MIN_CTAS : 1) KVQ_HIDDEN
@@ -128,7 +134,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   // when a macro-iteration covers whole pages (U >= TPP), its place in the page are compile-time
   // constants: every copy address is a register plus an immediate. Within a macro-iteration the
   // tiles go in steps of W (2 when the ring has 4 stages): one online-softmax update per step.
-  constexpr int U = S, W = (S == 4 && TPP >= 2) ? 2 : 1;
+  constexpr int U = S, W = (S == 4 && TPP >= 2) ? KVQ_DECODE_RECORDS_STEP : 1;
   constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per macro-iteration
   constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
   const int64_t base = (start / P + warp) * P;
