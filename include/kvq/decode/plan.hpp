@@ -145,21 +145,34 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   // streams whole pages) and only add slots to merge.
   if (splits > pages / kDecodeSplitMinPages) splits = pages / kDecodeSplitMinPages;
   if (splits < 1) splits = 1;
-  p.split_tokens = int32_t(((pages + splits - 1) / splits) * page);
-  if (p.split_tokens == 0) p.split_tokens = page;
-  p.max_splits = int32_t((s.max_tokens + p.split_tokens - 1) / p.split_tokens);
-  if (p.max_splits < 1) p.max_splits = 1;
   p.transition_pages = s.residual / page + 1;
   const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
   p.transition_offset = 0;
   p.partial_offset = align256(size_t(s.batch) * p.transition_pages * s.num_kv_heads * record_bytes);
   p.tail_chunks = (s.residual + page + s.max_q_len + kDecodeTailChunk - 1) / kDecodeTailChunk;
   const int64_t row_tiles8 = (int64_t(group) * s.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
-  const int64_t records_ctas = int64_t(p.max_splits) * ctas_without_split;
   p.dependent_launches = dependent_launches ? 1 : 0;
-  const TailSchedule tail = decode_tail_schedule(int64_t(s.num_sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1) - records_ctas,
-                                                 tails_per_slot, int64_t(s.batch) * s.num_kv_heads * row_tiles8,
-                                                 p.tail_chunks, p.split_tokens / page);
+  const int64_t slots_on_gpu = int64_t(s.num_sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  TailSchedule tail{};
+  const auto with_splits = [&](int64_t n) {
+    p.split_tokens = int32_t(((pages + n - 1) / n) * page);
+    if (p.split_tokens == 0) p.split_tokens = page;
+    p.max_splits = int32_t((s.max_tokens + p.split_tokens - 1) / p.split_tokens);
+    if (p.max_splits < 1) p.max_splits = 1;
+    const int64_t records_ctas = int64_t(p.max_splits) * ctas_without_split;
+    tail = decode_tail_schedule(slots_on_gpu - records_ctas, tails_per_slot, int64_t(s.batch) * s.num_kv_heads * row_tiles8,
+                                p.tail_chunks, p.split_tokens / page);
+  };
+  with_splits(splits);
+#ifdef KVQ_DECODE_EXPERIMENT_TAIL_ROOM
+  // Experiment: fewer, longer splits where that lets the tail run beside the records kernel.
+  for (int64_t n = splits / 2; tail.ctas == 0 && n >= 1; n /= 2) {
+    const DecodePlan keep = p;
+    const TailSchedule keep_tail = tail;
+    with_splits(n);
+    if (tail.ctas == 0) p = keep, tail = keep_tail;
+  }
+#endif
   p.tail_ctas = tail.ctas;
   p.tail_span = tail.span;
   p.tail_slots = tail.slots;
