@@ -134,7 +134,9 @@ TEST_CASE("decode plan: the tail runs beside the records kernel only in the room
   // The issue's shapes (R 128, P 64, q_len 1: 13 chunks a tail). Batch 8 x 128K: beside, the 64
   // items of whole tails on the 16 free slots (4 items a CTA next to 256-page splits); batch 1 x
   // 128K: two slots of 7 chunks a sequence and KV head, one item a CTA; batch 1 x 4K: slots of
-  // 4 chunks (one round), 32 CTAs beside 128 records CTAs; batch 8 x 4K: no room, after.
+  // 4 chunks (one round), 32 CTAs beside 128 records CTAs; batch 8 x 4K: the one-wave plan (8
+  // splits of 8 pages, 512 CTAs) leaves no room, so 4 splits of 16 pages (96 KB of INT2 records)
+  // and the tail beside them in the 272 free slots.
   REQUIRE(kvq::plan_decode(shape(8, 131072), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
   CHECK(p.tail_ctas == 16);
   CHECK(p.tail_span == 13);
@@ -147,6 +149,25 @@ TEST_CASE("decode plan: the tail runs beside the records kernel only in the room
   CHECK(p.tail_ctas == 8 * 4);
   CHECK(p.tail_span == 4);
   REQUIRE(kvq::plan_decode(shape(8, 4096), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
+  CHECK(p.max_splits == 4);
+  CHECK(p.split_tokens == 16 * 64);
+  CHECK(p.tail_ctas > 0);
+  CHECK(p.tail_ctas <= 132 * 4 - 4 * 64);
+  // Batch 32 x 4K: one split of 64 pages makes room; INT2 (6 KB a page: 384 KB) takes it, a
+  // format of 16.5 KB a page (INT8: 1 MB) keeps 2 splits and the tail after; batch 64 x 4K is one
+  // split already (no room to make).
+  REQUIRE(kvq::plan_decode(shape(32, 4096), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
+  CHECK(p.max_splits == 1);
+  CHECK(p.tail_ctas > 0);
+  REQUIRE(kvq::plan_decode(shape(32, 4096), 128, 64, 16896, &p, 4, 1) == kvq::Status::kSuccess);
+  CHECK(p.max_splits == 2);
+  CHECK(p.tail_ctas == 0);
+  REQUIRE(kvq::plan_decode(shape(64, 4096), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
+  CHECK(p.max_splits == 1);
+  CHECK(p.tail_ctas == 0);
+  // Without room for a dependent launch (tails_per_slot 0) the splits stay one wave.
+  REQUIRE(kvq::plan_decode(shape(8, 4096), 128, 64, 6144, &p, 4, 0) == kvq::Status::kSuccess);
+  CHECK(p.max_splits == 8);
   CHECK(p.tail_ctas == 0);
   // The launches are chained only where the caller says the device and kernels take it.
   CHECK(p.dependent_launches == 0);

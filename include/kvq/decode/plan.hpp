@@ -116,9 +116,22 @@ constexpr TailSchedule decode_tail_schedule(int64_t free_slots, int tails_per_sl
   return best;
 }
 
+// Fewer splits for the tail's sake: a records CTA whose split is short is bound by its latency
+// (prologue, first loads, epilogue), so half as many CTAs, each with twice the pages, take about
+// as long, and the room they leave lets the tail run beside them instead of after them (one
+// kernel fewer in series). A long split is bound by issue or DRAM, and halving the CTAs costs
+// time. Measured on the H200 (bench/NOTES.md, decode v11c): batch 8 x 4K (8 -> 16 pages a split)
+// gains 5-15 us in every format; batch 32 x 4K (32 -> 64 pages) gains for INT2 (384 KB a split,
+// 88 -> 75 us), nothing for K4V2 (512 KB), and loses for INT8 (1 MB, 131 -> 160 us).
+constexpr int64_t kDecodeTailRoomSplitBytes = int64_t(512) << 10;
+constexpr int64_t decode_tail_room_split_pages(size_t record_bytes) {
+  return record_bytes > 0 ? kDecodeTailRoomSplitBytes / int64_t(record_bytes) : 0;
+}
+
 // ctas_per_sm: CTAs of the split kernel one multiprocessor holds at once (kvq::plan_decode<Cfg>
 // asks the CUDA occupancy calculator). The split count fills exactly one wave: floor, not ceil,
-// since one CTA past the wave doubles the time of the whole launch. dependent_launches: whether
+// since one CTA past the wave doubles the time of the whole launch; fewer where that makes room for
+// the tail (decode_tail_room_split_pages). dependent_launches: whether
 // the device and the compiled kernels take dependent launches (plan_decode<Cfg> asks once, so
 // kvq::decode does not at every launch). tails_per_slot: tail CTAs that fit on a multiprocessor
 // holding one records CTA fewer than it can (registers and shared memory) where they do, else 0.
@@ -164,15 +177,16 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
                                 p.tail_chunks, p.split_tokens / page);
   };
   with_splits(splits);
-#ifdef KVQ_DECODE_EXPERIMENT_TAIL_ROOM
-  // Experiment: fewer, longer splits where that lets the tail run beside the records kernel.
+  // Where the one-wave plan leaves no room for the tail, fewer and longer splits can: halved while
+  // the tail would run after the records kernel and a halved split reads at most
+  // kDecodeTailRoomSplitBytes of records (decode_tail_room_split_pages).
   for (int64_t n = splits / 2; tail.ctas == 0 && n >= 1; n /= 2) {
+    if (((pages + n - 1) / n) > decode_tail_room_split_pages(record_bytes)) break;
     const DecodePlan keep = p;
     const TailSchedule keep_tail = tail;
     with_splits(n);
     if (tail.ctas == 0) p = keep, tail = keep_tail;
   }
-#endif
   p.tail_ctas = tail.ctas;
   p.tail_span = tail.span;
   p.tail_slots = tail.slots;
