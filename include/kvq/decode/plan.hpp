@@ -123,7 +123,11 @@ constexpr TailSchedule decode_tail_schedule(int64_t free_slots, int tails_per_sl
 // time. Measured on the H200 (bench/NOTES.md, decode v11c): batch 8 x 4K (8 -> 16 pages a split)
 // gains 5-15 us in every format; batch 32 x 4K (32 -> 64 pages) gains for INT2 (384 KB a split,
 // 88 -> 75 us), nothing for K4V2 (512 KB), and loses for INT8 (1 MB, 131 -> 160 us).
+#ifdef KVQ_DECODE_EXPERIMENT_ROOM_KB
+constexpr int64_t kDecodeTailRoomSplitBytes = int64_t(KVQ_DECODE_EXPERIMENT_ROOM_KB) << 10;
+#else
 constexpr int64_t kDecodeTailRoomSplitBytes = int64_t(512) << 10;
+#endif
 constexpr int64_t decode_tail_room_split_pages(size_t record_bytes) {
   return record_bytes > 0 ? kDecodeTailRoomSplitBytes / int64_t(record_bytes) : 0;
 }

@@ -163,6 +163,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   int record_chunk = -1;
   auto page_record = [&](int kp) -> const uint8_t* {
     kp = kp < npages ? kp : npages - 1;
+#ifdef KVQ_DECODE_EXPERIMENT_SAME_PAGE  // diagnosis only: every tile from the warp's first page (L2)
+    kp = 0;
+#endif
     if (kp / 32 != record_chunk) {  // warp-uniform: once per 32 pages
       record_chunk = kp / 32;
       const int kl = 32 * record_chunk + lane, rel = 4 * (kl < npages ? kl : npages - 1);
@@ -508,7 +511,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     for (int w = 0; w < W; ++w) tile_values(ring + (t + w) * Tile::bytes, pb[w]);
   };
 
+#ifndef KVQ_DECODE_EXPERIMENT_WAIT_LATE
   wait_prior_grids();  // (every path waits for the transition grid before exiting)
+#endif
   for (int mm = 0; mm < nmacro; ++mm) {
     macro_records(mm + 1, rec_next);
     KVQ_UNROLL
@@ -523,13 +528,20 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
       }
       cp_async_wait<S - W>();
       __syncwarp();
+#ifdef KVQ_DECODE_EXPERIMENT_COPY_ONLY  // diagnosis only: the copies without the math
+      if (mm * U + t < ntiles && ring[t * Tile::bytes + lane] == 0xAB) l[0][0] += 1.0f;
+#else
       if (mm * U + t < ntiles) step(mm, t);
+#endif
       __syncwarp();
     }
     KVQ_UNROLL
     for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
   }
   cp_async_wait<0>();
+#ifdef KVQ_DECODE_EXPERIMENT_WAIT_LATE
+  wait_prior_grids();
+#endif
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
 
   if constexpr (VB) {  // O = 2^(24 - q) A + ZZ_B (ZZ_B from lane (B, i))
