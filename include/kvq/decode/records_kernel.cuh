@@ -511,9 +511,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     for (int w = 0; w < W; ++w) tile_values(ring + (t + w) * Tile::bytes, pb[w]);
   };
 
-#ifndef KVQ_DECODE_EXPERIMENT_WAIT_LATE
   wait_prior_grids();  // (every path waits for the transition grid before exiting)
-#endif
   for (int mm = 0; mm < nmacro; ++mm) {
     macro_records(mm + 1, rec_next);
     KVQ_UNROLL
@@ -539,9 +537,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
   }
   cp_async_wait<0>();
-#ifdef KVQ_DECODE_EXPERIMENT_WAIT_LATE
-  wait_prior_grids();
-#endif
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
 
   if constexpr (VB) {  // O = 2^(24 - q) A + ZZ_B (ZZ_B from lane (B, i))
