@@ -146,40 +146,6 @@ TEST_SUITE("gpu") {
     CHECK(kvq::detail::dependent_launch_supported(kvq::detail::decode_records_kernel<Cfg, 1>) == expected);
   }
 
-  TEST_CASE("decode: the records kernel copies whole records in bulk where device and code allow it") {
-    // Bulk copies (cp.async.bulk) exist in code compiled for 9.0+; the plan records the path, and
-    // the launch sizes shared memory by it. A plan that names the other path is refused on the
-    // device (every sequence with records rejected, its output untouched), never run.
-    constexpr int archs[] = {__CUDA_ARCH_LIST__};
-    int newest = 0;
-    for (int arch : archs) newest = std::max(newest, arch);
-    int dev = 0, major = 0;
-    REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
-    REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess);
-    using NoneCfg = kvq::CacheConfig<T, 128, 64, kvq::NoQuant, kvq::NoQuant>;
-    CHECK(kvq::detail::RecordsSmem<Cfg, 1>::bulk);
-    CHECK_FALSE(kvq::detail::RecordsSmem<NoneCfg, 1>::bulk);  // 32 KB records: the staged path
-    Fixture f(2, {900, 500}, 71);
-    Inputs in(f.host, f.gen, {1, 1});
-    for (int b = 0; b < 2; ++b) REQUIRE(f.host.reserve(b, 1));
-    f.dev.upload_tables(f.host);
-    kvq_test::DeviceAttention<T> d(in.a, in.cu, in.q, in.k, in.v, f.dev.cold_len.get());
-    const kvq::DecodePlan plan = make_plan(2, 1000, 1, 2);
-    CHECK(plan.records_bulk == (major >= 9 && newest >= 900 ? 1 : 0));
-    kvq::DecodePlan other = plan;
-    other.records_bulk ^= 1;
-    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-    kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
-    KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
-    REQUIRE(kvq::decode<Cfg>(f.dev.view(f.host), d.a, other, ws.get(), ws.size(), d.out.get(), flags.get(), nullptr) ==
-            kvq::Status::kSuccess);
-    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-    CHECK((flags.download()[0] & kvq::kFlagBadSequence) != 0u);
-    size_t written = 0;
-    for (const T& x : d.out.download()) written += x.bits != 0xffffu;
-    CHECK_MESSAGE(written == 0, written << " outputs were written by a plan for the other copy path");
-  }
-
   TEST_CASE("decode: captured once in a CUDA graph, replayed with different lengths") {
     constexpr int kBatch = 3, kMaxQ = 4;
     Fixture f(kBatch, {300, 2000, 5}, 71);

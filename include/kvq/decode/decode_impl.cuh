@@ -162,18 +162,14 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
   if (cudaFuncGetAttributes(&merge, detail::decode_merge_kernel<Cfg>) != cudaSuccess) return Status::kCudaError;
   const bool chained = detail::dependent_launch_supported(merge);
   int ctas_per_sm = 4, tails_per_slot = 0;
-  bool bulk = false;
   if constexpr (detail::RecordTile<Cfg>::supported) {
     if (shape.num_kv_heads > 0 && shape.num_q_heads % shape.num_kv_heads == 0 && shape.max_q_len > 0) {
       const bool wide = decode_rows_per_cta(Cfg::head_dim, shape.num_q_heads / shape.num_kv_heads, shape.max_q_len) == 16;
       int regs = 0;
       size_t smem = 0;
-      constexpr int NTW = Cfg::head_dim <= 128 ? 2 : 1;
-      const bool two = wide && Cfg::head_dim <= 128;
-      Status st = two ? detail::records_bulk_path<Cfg, NTW>(&bulk) : detail::records_bulk_path<Cfg, 1>(&bulk);
-      if (st != Status::kSuccess) return st;
-      st = two ? detail::records_occupancy<Cfg, NTW>(bulk, &ctas_per_sm, &regs, &smem)
-               : detail::records_occupancy<Cfg, 1>(bulk, &ctas_per_sm, &regs, &smem);
+      const Status st = wide && Cfg::head_dim <= 128
+                            ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm, &regs, &smem)
+                            : detail::records_occupancy<Cfg, 1>(&ctas_per_sm, &regs, &smem);
       if (st != Status::kSuccess) return st;
       // Tail CTAs that fit on a multiprocessor that holds one records CTA fewer than it can (both
       // kernels have kDecodeWarps warps; registers are allocated per warp, the driver reserves some
@@ -198,10 +194,8 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
       }
     }
   }
-  const Status st = plan_decode(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, plan, ctas_per_sm > 0 ? ctas_per_sm : 1,
-                                tails_per_slot, chained);
-  if (st == Status::kSuccess) plan->records_bulk = bulk ? 1 : 0;
-  return st;
+  return plan_decode(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, plan, ctas_per_sm > 0 ? ctas_per_sm : 1,
+                     tails_per_slot, chained);
 }
 
 #define KVQ_INSTANTIATE_DECODE(Cfg)                                                                           \

@@ -61,8 +61,6 @@ struct DecodePlan {
                              // taking every tail_ctas-th item (decode_tail_schedule)
   int32_t dependent_launches;  // 1: decode chains its launches as dependent launches (plan_decode<Cfg>
                                // on a device and with kernels that take them); 0: ordinary launches
-  int32_t records_bulk;  // 1: the records kernel copies whole records with bulk copies (sm_90, the
-                         // formats that allow it; records_kernel.cuh); set by plan_decode<Cfg>
   size_t transition_offset, partial_offset, stats_offset, status_offset, workspace_bytes;
 };
 

@@ -1,10 +1,7 @@
-// kvq/decode/record_tile.cuh - a 16-token tile of one cold record (one page x one KV head) in
-// shared memory, and the tensor-core operands the decode kernel reads from it.
+// kvq/decode/record_tile.cuh - a 16-token tile of one cold record (one page x one KV head),
+// staged in shared memory, and the tensor-core operands the decode kernel reads from it.
 //
-// The kernel reads a tile through its Parts: where its K codes, key parameters, V codes, V scales
-// and V zero points start. Two layouts hold tiles:
-//  - whole records, as in the cache (record_layout.hpp), copied by bulk copies (in_record);
-//  - a staged tile, its parts copied together with 16-byte cp.async (staged):
+// Staged tile (every part a multiple of 16 bytes, copied with 16-byte cp.async):
 //   k_codes : 16 tokens of K codes, token-major, as in the record
 //   k_params: INT2/INT4: scale[D] then zero[D] of the tile's key group (fp16), copied only on the
 //             first tile of a group; INT8: 16 fp32 token scales; "none": empty
@@ -75,28 +72,6 @@ struct RecordTile {
   static constexpr int vp = vc + kTokens * v_row;
   static constexpr int bytes = vp + v_param_bytes;
   static_assert(kp % 16 == 0 && vc % 16 == 0 && vp % 16 == 0 && bytes % 16 == 0, "tile parts are 16-byte chunks");
-
-  // Where a tile's parts start (shared memory).
-  //   k : 16 rows of K codes ([16][k_row])
-  //   kp: INT2/INT4: scale[D] then zero[D] of the tile's key group (fp16); INT8: 16 fp32 token scales
-  //   v : 16 tokens of V codes (8 token pairs, pair-major, for INT2/INT4)
-  //   vp: INT2/INT4: the 16 tokens' scales [16][D/Gv] (fp16); INT8: 16 fp32 token scales
-  //   vz: INT2/INT4: the 16 tokens' zero points [16][D/Gv] (fp16)
-  struct Parts {
-    const uint8_t *k, *kp, *v, *vp, *vz;
-  };
-  // A staged tile (copy below).
-  KVQ_DEVICE static Parts staged(const uint8_t* tile) {
-    return Parts{tile + kc, tile + kp, tile + vc, tile + vp, tile + vp + v_param_part};
-  }
-  // Tile t0 / 16 (t0: token offset in the page, a multiple of 16) of a whole record.
-  KVQ_DEVICE static Parts in_record(const uint8_t* rec, int t0) {
-    constexpr RecordOffsets o = Cfg::record;
-    const uint8_t* k_params = rec + o.k_params + (k_asym ? (t0 / KQ::group) * 4 * D : k_int8 ? t0 * 4 : 0);
-    const uint8_t* v_params = rec + o.v_params + (v_asym ? t0 * v_groups * 2 : v_int8 ? t0 * 4 : 0);
-    return Parts{rec + o.k_codes + t0 * k_row, k_params, rec + o.v_codes + t0 * v_row, v_params,
-                 v_params + (v_asym ? P * v_groups * 2 : 0)};
-  }
 
   // Lane `lane`'s share of a part's 16-byte copies: chunks lane, lane + 32, ... `dst` (a
   // shared-memory address) and `src` are already advanced by 16 * lane.
@@ -198,8 +173,8 @@ struct RecordTile {
   }
 
   // Lane i's words of token r's K row.
-  KVQ_DEVICE static void load_k(const Parts& t, int r, int i, uint32_t (&w)[k_words]) {
-    load_share<k_share, 4>(t.k + r * k_row, i, w);
+  KVQ_DEVICE static void load_k(const uint8_t* tile, int r, int i, uint32_t (&w)[k_words]) {
+    load_share<k_share, 4>(tile + kc + r * k_row, i, w);
   }
 
   // INT8 bytes e0 (low half) and e1 (high half) of x as an exact pair of T.
@@ -314,11 +289,11 @@ struct RecordTile {
     uint32_t s[v_packed ? v_words : 1], z[v_packed ? v_words : 1];  // per word: (scale, zero) of tokens (2p, 2p+1)
   };
 
-  KVQ_DEVICE static void load_v(const Parts& t, int p, int g, VPair& v) {
+  KVQ_DEVICE static void load_v(const uint8_t* tile, int p, int g, VPair& v) {
     if constexpr (v_packed) {
-      load_v_unit(t.v + p * v_unit, g, v.w0);
-      const uint16_t* sc = reinterpret_cast<const uint16_t*>(t.vp);
-      const uint16_t* ze = reinterpret_cast<const uint16_t*>(t.vz);
+      load_v_unit(tile + vc + p * v_unit, g, v.w0);
+      const uint16_t* sc = reinterpret_cast<const uint16_t*>(tile + vp);
+      const uint16_t* ze = sc + kTokens * v_groups;
       constexpr bool one_group = !v_chunked && VQ::group % (D / 8) == 0;
       KVQ_UNROLL
       for (int w = 0; w < v_words; ++w) {
@@ -331,10 +306,10 @@ struct RecordTile {
         v.z[w] = params_pair<T>(ze[(2 * p) * v_groups + G], ze[(2 * p + 1) * v_groups + G]);
       }
     } else {
-      load_v_unit(t.v + (2 * p) * v_unit, g, v.w0);
-      load_v_unit(t.v + (2 * p + 1) * v_unit, g, v.w1);
+      load_v_unit(tile + vc + (2 * p) * v_unit, g, v.w0);
+      load_v_unit(tile + vc + (2 * p + 1) * v_unit, g, v.w1);
       if constexpr (v_int8) {
-        const float* sc = reinterpret_cast<const float*>(t.vp);
+        const float* sc = reinterpret_cast<const float*>(tile + vp);
         v.s[0] = pack2<T>(sc[2 * p], sc[2 * p + 1]);
       }
     }
@@ -349,8 +324,8 @@ struct RecordTile {
   struct VBlockPair {
     uint32_t w[v_blocks];  // one token pair's word of each block
   };
-  KVQ_DEVICE static void load_v_blocked(const Parts& t, int p, int g, VBlockPair& v) {
-    const uint32_t* unit = reinterpret_cast<const uint32_t*>(t.v + p * v_unit);
+  KVQ_DEVICE static void load_v_blocked(const uint8_t* tile, int p, int g, VBlockPair& v) {
+    const uint32_t* unit = reinterpret_cast<const uint32_t*>(tile + vc + p * v_unit);
     KVQ_UNROLL
     for (int B = 0; B < v_blocks; ++B) v.w[B] = unit[v_block_word(B, g)];
   }
@@ -365,12 +340,12 @@ struct RecordTile {
   KVQ_DEVICE static float v_code_unit(int u) { return subnormal_unit(subnormal_value_bit<VQ::bits>(u % 4)); }
   // Scales of every block for tokens (2p, 2p+1), as fp16 pairs: each token's row of group scales
   // is read whole (one load of v_groups * 2 bytes), then one byte permute per block.
-  KVQ_DEVICE static void v_block_scales(const Parts& t, int p, uint32_t (&s)[v_blocks]) {
+  KVQ_DEVICE static void v_block_scales(const uint8_t* tile, int p, uint32_t (&s)[v_blocks]) {
     if constexpr (v_groups >= 2) {
       constexpr int N = v_groups / 2;
       uint32_t a[N], b[N];
-      load_words(t.vp + (2 * p) * v_groups * 2, a);
-      load_words(t.vp + (2 * p + 1) * v_groups * 2, b);
+      load_words(tile + vp + (2 * p) * v_groups * 2, a);
+      load_words(tile + vp + (2 * p + 1) * v_groups * 2, b);
       KVQ_UNROLL
       for (int B = 0; B < v_blocks; ++B) {
         const int G = 32 * B / VQ::group;
@@ -378,12 +353,12 @@ struct RecordTile {
       }
     } else {
       KVQ_UNROLL
-      for (int B = 0; B < v_blocks; ++B) s[B] = v_block_params(t, p, B, 0);
+      for (int B = 0; B < v_blocks; ++B) s[B] = v_block_params(tile, p, B, 0);
     }
   }
   // Scale (which 0) or zero point (which 1) of block B for tokens (2p, 2p+1), as an fp16 pair.
-  KVQ_DEVICE static uint32_t v_block_params(const Parts& t, int p, int B, int which) {
-    const uint16_t* prm = reinterpret_cast<const uint16_t*>(which ? t.vz : t.vp);
+  KVQ_DEVICE static uint32_t v_block_params(const uint8_t* tile, int p, int B, int which) {
+    const uint16_t* prm = reinterpret_cast<const uint16_t*>(tile + vp) + which * kTokens * v_groups;
     const int G = 32 * B / VQ::group;
     return uint32_t(prm[(2 * p) * v_groups + G]) | (uint32_t(prm[(2 * p + 1) * v_groups + G]) << 16);
   }

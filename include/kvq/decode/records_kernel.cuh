@@ -3,15 +3,10 @@
 //
 // CTA = (split, sequence, KV head x row tile). Its rows are up to 8 * NT query rows of one KV
 // head (GQA heads x new tokens), so every K/V byte of the split is read once for all of them.
-// The split's records reach shared memory on one of two paths (RecordsSmem):
-//  - bulk (sm_90; formats with INT2/INT4 keys or values): a ring of the CTA of 2-4 stages of 128
-//    tokens, each filled by one bulk copy per whole record (6-10 KB contiguous at D 128, page 64);
-//    warp w computes tiles 2w and 2w + 1 of every stage, and the last warp done with a stage
-//    refills it (bench/NOTES.md, decode v12: why);
-//  - staged (other formats, sm_80): each of the 4 warps streams whole pages of the split (warp w
-//    takes pages w, w+4, ...) in 16-token tiles through its own ring of 2 or 4 stages filled by
-//    cp.async, in unrolled macro-iterations (constant slots and copy offsets).
-// Either way a warp works in steps of 2 tiles (1 where its staged ring has 2 stages):
+// Each of the 4 warps streams whole pages of the split (warp w takes pages w, w+4, ...) in
+// 16-token tiles through its own ring of 2 or 4 shared-memory stages filled by cp.async, in
+// unrolled macro-iterations (constant slots and copy offsets) and steps of 2 tiles when the ring
+// has 4 stages:
 //   S^T (16 tokens x 8 rows)  = K_tile . Q^T     mma.m16n8k16, keys as A, fp32 accumulators
 //   online softmax per row over the step's tokens (max by shuffles), P^T transposed by movmatrix
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
@@ -40,41 +35,20 @@
 #include "kvq/decode/plan.hpp"
 #include "kvq/decode/record_tile.cuh"
 #include "kvq/decode/workspace.cuh"
-#include "kvq/numeric/bulk_copy.cuh"
-#include "kvq/numeric/cluster.cuh"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
-// Bytes of records the stage ring of the bulk-copy path may take (RecordsSmem::bulk).
-#ifndef KVQ_DECODE_BULK_RING_KB
-#define KVQ_DECODE_BULK_RING_KB 48
-#endif
-
-// Shared memory of the records kernel (dynamic): staged queries, then either the copy ring (main
-// loop) or the cross-warp reduction (epilogue). Two copy paths:
-//  - bulk (sm_90, formats with INT2/INT4 keys or values whose ring fits): one ring of the CTA,
-//    bulk_stages stages of kStageTokens tokens of whole records (stage_pages records, in split
-//    order), each filled by one bulk copy per record;
-//  - staged (other formats, and sm_80): a ring per warp of `stages` 16-token tiles (RecordTile's
-//    staged layout) filled by 16-byte cp.async.
+// Shared memory of the records kernel (dynamic): staged queries, then either the warps' stage
+// rings (main loop) or the cross-warp reduction (epilogue).
 template <class Cfg, int NT>
 struct RecordsSmem {
   using Tile = RecordTile<Cfg>;
   static constexpr int rows = 8 * NT;
-  static constexpr int D = Cfg::head_dim, P = Cfg::page;
+  static constexpr int D = Cfg::head_dim;
   // Ring stages per warp: 4 when they fit in 16 KB (INT2/INT4 up to D 128, INT2 at D 256), else 2.
   // A power of two, so that the kernel's unrolled loop can give each tile a constant slot.
   static constexpr int stages = 4 * Tile::bytes <= 16384 ? 4 : 2;
-  // Bulk path: a stage is 128 tokens (warp w takes its tiles 2w and 2w + 1: one key group of 32
-  // tokens, so the key bias is computed once a step as in the staged path); 2 to 4 stages.
-  static constexpr int kStageTokens = 16 * 2 * kDecodeWarps;
-  static constexpr int stage_pages = P >= kStageTokens ? 1 : kStageTokens / P;
-  static constexpr size_t stage_bytes = size_t(stage_pages) * Cfg::record_bytes;
-  static constexpr size_t bulk_ring_max = size_t(KVQ_DECODE_BULK_RING_KB) << 10;
-  static constexpr int bulk_stages = 4 * stage_bytes <= bulk_ring_max ? 4 : 3 * stage_bytes <= bulk_ring_max ? 3 : 2;
-  static constexpr bool bulk_format = Tile::k_asym || Tile::v_asym;
-  static constexpr bool bulk = bulk_format && P <= kStageTokens && 2 * stage_bytes <= bulk_ring_max && Cfg::record_bytes % 16 == 0;
   // qs: [rows][D] fp32 queries. INT2 / INT4 keys also: qz, the fp16 pairs of q * 2^-e (row max in
   // [0.5, 1)) in the A-fragment order of the key-bias mma, [rows / 8][32 lanes][qz_stride] words
   // (lane (g, i): row 8 nt + g, its D/8 channel pairs as D/32 quads, 4 words of padding so a
@@ -86,15 +60,10 @@ struct RecordsSmem {
   // memory: ptxas then copies them from uniform registers instead of rebuilding the immediates
   // before every mma (1294 -> 1274 instructions per INT2 macro-iteration with three quads).
   static constexpr size_t consts_offset = align16(qs_bytes + qz_bytes + size_t(rows) * 4);
-  // bars (bulk path): `full` mbarriers of the stages, then their arrival counters (uint32).
-  static constexpr size_t bars_offset = align16(consts_offset + 32);
-  static constexpr size_t q_bytes = (bars_offset + 12 * 4 + 127) / 128 * 128;  // the rings start 128-byte aligned
+  static constexpr size_t q_bytes = (consts_offset + 32 + 127) / 128 * 128;  // the rings start 128-byte aligned
   static constexpr size_t ring_bytes = size_t(kDecodeWarps) * stages * Tile::bytes;
-  static constexpr size_t bulk_ring_bytes = size_t(bulk_stages) * stage_bytes;
   static constexpr size_t red_bytes = size_t(kDecodeWarps) * rows * (D + 2) * 4;
-  static constexpr size_t max2(size_t x, size_t y) { return x > y ? x : y; }
-  // Dynamic shared memory of the path the launch takes (bulk: DecodePlan::records_bulk).
-  static constexpr size_t bytes(bool bulk_path) { return q_bytes + max2(bulk_path ? bulk_ring_bytes : ring_bytes, red_bytes); }
+  static constexpr size_t bytes = q_bytes + (ring_bytes > red_bytes ? ring_bytes : red_bytes);
 };
 
 // CTAs per multiprocessor the single-row-tile kernel is compiled for (registers per thread at most
@@ -157,55 +126,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
 
   const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
 
-  // Record (page, h) of a pool lies at pool + h * record_bytes + page * stride; the sequence's
-  // pages from cold / P on are its transition records.
-  const int64_t stride = int64_t(v.num_kv_heads) * int64_t(Cfg::record_bytes);
-  const int64_t cold_pages = s.cold / P;
-  const int32_t* const bt_seq = v.block_table + int64_t(b) * v.max_pages_per_seq;
-  const uint8_t* const cold_h = v.cold + int64_t(h) * int64_t(Cfg::record_bytes);
-  const uint8_t* const trans_h = transition + int64_t(h) * int64_t(Cfg::record_bytes);
-  auto record_of = [&](int64_t page) -> const uint8_t* {
-#ifdef KVQ_DECODE_EXPERIMENT_SAME_PAGE  // diagnosis only: every record is the split's first (L2)
-    page = start / P;
-#endif
-    return page < cold_pages ? cold_h + int64_t(bt_seq[page]) * stride : trans_h + (page - cold_pages) * stride;
-  };
-
-  // Bulk path (RecordsSmem): the CTA's ring of 128-token stages in split order; warp w computes
-  // tiles 2w and 2w + 1 of every stage (tile j: page j / TPP of the stage, tile j % TPP of it).
-  constexpr bool BULK = L::bulk && KVQ_MBARRIER_DEVICE;
-  if (BULK != (plan.records_bulk != 0)) {  // the launch sized shared memory for the other path
-    wait_prior_grids();
-    if (threadIdx.x == 0) reject_sequence(ws, b, flags);
-    return;
-  }
-  constexpr int SP = L::stage_pages, NSB = L::bulk_stages, R = int(Cfg::record_bytes);
-  const int split_pages = end > start ? int((end - start + P - 1) / P) : 0;
-  const int nst = (split_pages + SP - 1) / SP;  // stages of the split
-  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + L::bars_offset);
-  uint32_t* const arrivals = reinterpret_cast<uint32_t*>(smem + L::bars_offset + 8 * NSB);
-  const uint32_t full_at = mbarrier_address(full);
-  uint8_t* const stages = smem + L::q_bytes;
-  // Lane k's record: split page 32 * bulk_chunk + k (clamped to the split's last), the 64-bit
-  // arithmetic and the block-table read once per 32 pages of the warp's refills.
-  const uint8_t* bulk_record = nullptr;
-  int bulk_chunk = -1;
-  // Stage nn of the split into ring slot `slot`: one bulk copy per record, by the lane holding its
-  // address (a stage's pages lie in one chunk: SP divides 32); the stage's first lane announces the
-  // bytes (the barrier counts one arrival a phase).
-  auto refill = [&](int slot, int nn) {
-    const int first = nn * SP;
-    if (first / 32 != bulk_chunk) {  // warp-uniform
-      bulk_chunk = first / 32;
-      const int kl = 32 * bulk_chunk + lane;
-      bulk_record = record_of(start / P + (kl < split_pages ? kl : split_pages - 1));
-    }
-    const int count = split_pages - first < SP ? split_pages - first : SP, k = lane - first % 32;
-    if (k == 0) mbarrier_arrive_expect_tx(full_at + 8 * slot, uint32_t(count * R));
-    if (k >= 0 && k < count) bulk_copy_to_shared(stages + size_t(slot) * L::stage_bytes + size_t(k) * R, bulk_record, uint32_t(R), full_at + 8 * slot);
-  };
-
-  // ---- staged path: the warp's tiles ----
+  // ---- the warp's tiles ----
   // The warp's pages are pages 0, 4, 8, ... of the split counted from `base` (its first token);
   // tile n is tile n % TPP of the warp's page n / TPP. Offsets from base fit 32 bits (a split is
   // below 2^31 tokens), so the loop does no 64-bit arithmetic except once per page.
@@ -213,11 +134,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   // when a macro-iteration covers whole pages (U >= TPP), its place in the page are compile-time
   // constants: every copy address is a register plus an immediate. Within a macro-iteration the
   // tiles go in steps of W (2 when the ring has 4 stages): one online-softmax update per step.
-  // The bulk path's steps are the warp's two tiles of a stage.
-  constexpr int U = S, W = BULK ? 2 : (S == 4 && TPP >= 2) ? KVQ_DECODE_RECORDS_STEP : 1;
+  constexpr int U = S, W = (S == 4 && TPP >= 2) ? KVQ_DECODE_RECORDS_STEP : 1;
   constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per macro-iteration
   constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
-  const int64_t base = BULK ? start : (start / P + warp) * P;
+  const int64_t base = (start / P + warp) * P;
   const int rel_end = end > base ? int(end - base) : 0;
   int ntiles = 0, npages = 0;
   if (rel_end > 0) {
@@ -227,19 +147,27 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     npages = kmax + 1;
   }
   const int nmacro = (ntiles + U - 1) / U;
-  // Record (+ 16 * lane) of the warp's page kp (page base / P + 4 kp of the sequence). The warp
-  // computes these addresses 32 pages at a time, lane k the record of page 32 c + k (one coalesced
-  // block-table read, the 64-bit arithmetic once per 32 pages), and a page turn takes its address
-  // from lane kp % 32 by a shuffle. Past the warp's last page: its last page again (copied into a
-  // stage the loop never reads, so the copy path has no branch; the bytes come from L2).
+  // Record (+ 16 * lane) of the warp's page kp (page base / P + 4 kp of the sequence): record
+  // (page, h) of a pool lies at pool + h * record_bytes + page * stride. The warp computes these
+  // addresses 32 pages at a time, lane k the record of page 32 c + k (one coalesced block-table
+  // read, the 64-bit arithmetic once per 32 pages), and a page turn takes its address from lane
+  // kp % 32 by a shuffle. Past the warp's last page: its last page again (copied into a stage the
+  // loop never reads, so the copy path has no branch; the bytes come from L2).
+  const int64_t stride = int64_t(v.num_kv_heads) * int64_t(Cfg::record_bytes);
+  const int64_t page0 = base / P, cold_pages = s.cold / P;
+  const int32_t* bt_row = v.block_table + int64_t(b) * v.max_pages_per_seq + page0;
+  const int cold_rel = cold_pages - page0 < int64_t(4) * npages ? int(cold_pages - page0) : 4 * npages;  // may be < 0
+  const uint8_t* const cold_h = v.cold + int64_t(h) * int64_t(Cfg::record_bytes);
+  const uint8_t* const trans_h = transition + int64_t(h) * int64_t(Cfg::record_bytes);
   unsigned long long lane_record = 0;  // record of page 32 * record_chunk + lane (clamped to the last)
   int record_chunk = -1;
   auto page_record = [&](int kp) -> const uint8_t* {
     kp = kp < npages ? kp : npages - 1;
     if (kp / 32 != record_chunk) {  // warp-uniform: once per 32 pages
       record_chunk = kp / 32;
-      const int kl = 32 * record_chunk + lane;
-      lane_record = reinterpret_cast<unsigned long long>(record_of(base / P + 4 * (kl < npages ? kl : npages - 1)));
+      const int kl = 32 * record_chunk + lane, rel = 4 * (kl < npages ? kl : npages - 1);
+      const uint8_t* r = rel < cold_rel ? cold_h + int64_t(bt_row[rel]) * stride : trans_h + (rel + page0 - cold_pages) * stride;
+      lane_record = reinterpret_cast<unsigned long long>(r);
     }
     return reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, lane_record, kp % 32)) + 16 * lane;
   };
@@ -263,17 +191,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   const uint8_t* rec_cur[NPM];
   const uint8_t* rec_next[NPM];
   if (end > s.cold) wait_prior_grids();  // the transition records are written
-  if constexpr (BULK) {
-    if (warp == 0) {  // the other warps use the barriers after the staging's __syncthreads
-      if (lane < NSB) {
-        mbarrier_init(full + lane, 1);
-        arrivals[lane] = 0;
-      }
-      fence_mbarrier_init_cluster();
-      __syncwarp();
-      for (int n = 0; n < NSB && n < nst; ++n) refill(n, n);
-    }
-  } else if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
+  if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
     macro_records(0, rec_cur);
     KVQ_UNROLL
     for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
@@ -376,11 +294,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   //   sum to the S^T layout. -offset . Q'': one mma per k-step with the constant offsets as A
   //   (every row the same) against Q'' as B, already in the S^T layout.
   // Both mmas take exact fp16 operands, so the bias is rounded only by the fp32 sums.
-  using Parts = typename Tile::Parts;
-  auto group_bias = [&](const Parts& tile) {
+  auto group_bias = [&](const uint8_t* tile) {
     uint32_t sp[D / 8], zp[D / 8];
-    Tile::load_k_param_pairs(tile.kp, i, sp);
-    Tile::load_k_param_pairs(tile.kp + 2 * D, i, zp);
+    Tile::load_k_param_pairs(tile + Tile::kp, i, sp);
+    Tile::load_k_param_pairs(tile + Tile::kp + 2 * D, i, zp);
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
       if (NT > 1 && nt >= active_nt) break;
@@ -414,7 +331,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   };
 
   // S^T of one tile: sacc = bias + K_tile . Q''^T (INT2/INT4), K . Q^T * token scale (INT8) or K . Q^T.
-  auto tile_logits = [&](const Parts& tile, float (&sacc)[NT][4]) {
+  auto tile_logits = [&](const uint8_t* tile, float (&sacc)[NT][4]) {
     float sacc2[NT][4];  // odd k-steps: two chains of KS/2 mmas
     uint32_t k0[Tile::k_words], k1[Tile::k_words];
     Tile::load_k(tile, g, i, k0);
@@ -441,7 +358,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
       KVQ_UNROLL
       for (int c = 0; c < 4; ++c) sacc[nt][c] += sacc2[nt][c];
     if constexpr (Tile::k_int8) {
-      const float* ks = reinterpret_cast<const float*>(tile.kp);
+      const float* ks = reinterpret_cast<const float*>(tile + Tile::kp);
       const float s0 = ks[g], s1 = ks[g + 8];
       KVQ_UNROLL
       for (int nt = 0; nt < NT; ++nt) sacc[nt][0] *= s0, sacc[nt][1] *= s0, sacc[nt][2] *= s1, sacc[nt][3] *= s1;
@@ -449,7 +366,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
   };
 
   // O^T += V_tile^T . P^T for one tile (pb: P^T as B, fp16 for blocked values).
-  auto tile_values = [&](const Parts& tile, const uint32_t (&pb)[NT][2]) {
+  auto tile_values = [&](const uint8_t* tile, const uint32_t (&pb)[NT][2]) {
     if constexpr (VB) {
       typename Tile::VBlockPair v0, v1;
       Tile::load_v_blocked(tile, i, g, v0);
@@ -494,17 +411,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
     }
   };
 
-  // One step: W tiles (tile[w]: its parts, tip[w]: its place in its page, rel0[w]: its first token
-  // - base). The key bias is computed at a key group's first tile and, where a warp's steps are not
-  // consecutive tiles (the bulk path), at the step's first tile.
+  // One step: W tiles starting at tile t of macro-iteration mm (their slots are t .. t + W - 1).
   using PT = std::conditional_t<VB, fp16, T>;
-  auto step = [&](const Parts (&tile)[W], const int (&tip)[W], const int (&rel0)[W]) {
+  auto step = [&](int mm, int t) {
     float sacc[W][NT][4];
+    int rel0[W];
     KVQ_UNROLL
     for (int w = 0; w < W; ++w) {
+      const uint8_t* tile = ring + (t + w) * Tile::bytes;
+      const int tip = tile_in_page(mm, t + w);
+      rel0[w] = 4 * P * ((mm * U + t + w) / TPP) + 16 * tip;  // the tile's first token - base
       if constexpr (Tile::k_asym)
-        if (16 * tip[w] % Tile::KQ::group == 0 || (BULK && w == 0)) group_bias(tile[w]);
-      tile_logits(tile[w], sacc[w]);
+        if (16 * tip % Tile::KQ::group == 0) group_bias(tile);
+      tile_logits(tile, sacc[w]);
     }
     // ---- online softmax over the step's 16 W tokens; P^T as the B operand of the value mma ----
     // The row max is reduced across the 8 lanes of a row (three dependent shuffles) only when some
@@ -586,78 +505,29 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORD
       }
     }
     KVQ_UNROLL
-    for (int w = 0; w < W; ++w) tile_values(tile[w], pb[w]);
+    for (int w = 0; w < W; ++w) tile_values(ring + (t + w) * Tile::bytes, pb[w]);
   };
 
   wait_prior_grids();  // (every path waits for the transition grid before exiting)
-  if constexpr (BULK) {
-    // Stage n sits in slot n % NSB (phase n / NSB of its barrier). After its step the warp counts
-    // itself done with the slot; the last of the four warps refills it with stage n + NSB, so no
-    // warp waits for another. A tile past the split's end (only a warp's second tile of the last
-    // stage) is computed on the warp's first tile's bytes and masked whole (rel0 >= rel_end).
-    int slot = 0;
-    uint32_t phase = 0;
-    const int j0 = 2 * warp;
-    for (int n = 0; n < nst; ++n) {
-      mbarrier_wait(full_at + 8 * slot, phase);
-      const uint8_t* stage = stages + size_t(slot) * L::stage_bytes;
-      if (n * L::kStageTokens + 16 * j0 < rel_end) {
-        Parts tile[W];
-        int tip[W], rel0[W];
-        KVQ_UNROLL
-        for (int w = 0; w < W; ++w) {
-          rel0[w] = n * L::kStageTokens + 16 * (j0 + w);
-          const int j = rel0[w] < rel_end ? j0 + w : j0;
-          tip[w] = j % TPP;
-          tile[w] = Tile::in_record(stage + (j / TPP) * R, 16 * tip[w]);
-        }
-#ifdef KVQ_DECODE_EXPERIMENT_COPY_ONLY  // diagnosis only: the copies without the math
-        if (tile[0].k[lane] == 0xAB) l[0][0] += 1.0f;
-#else
-        step(tile, tip, rel0);
-#endif
+  for (int mm = 0; mm < nmacro; ++mm) {
+    macro_records(mm + 1, rec_next);
+    KVQ_UNROLL
+    for (int t = 0; t < U; t += W) {
+      // Refill the slots the previous step read with the tiles S - W ahead.
+      KVQ_UNROLL
+      for (int w = 0; w < W; ++w) {
+        if (t - W + w >= 0)
+          issue(rec_next, mm + 1, t - W + w);
+        else
+          issue(rec_cur, mm, U + t - W + w);
       }
+      cp_async_wait<S - W>();
       __syncwarp();
-      uint32_t last = 0;
-      if (lane == 0) last = shared_fetch_add_acq_rel(arrivals + slot, 1u) % kDecodeWarps == kDecodeWarps - 1;
-      if (__shfl_sync(0xffffffffu, last, 0) && n + NSB < nst) refill(slot, n + NSB);
-      if (++slot == NSB) slot = 0, phase ^= 1u;
+      if (mm * U + t < ntiles) step(mm, t);
+      __syncwarp();
     }
-  } else {
-    for (int mm = 0; mm < nmacro; ++mm) {
-      macro_records(mm + 1, rec_next);
-      KVQ_UNROLL
-      for (int t = 0; t < U; t += W) {
-        // Refill the slots the previous step read with the tiles S - W ahead.
-        KVQ_UNROLL
-        for (int w = 0; w < W; ++w) {
-          if (t - W + w >= 0)
-            issue(rec_next, mm + 1, t - W + w);
-          else
-            issue(rec_cur, mm, U + t - W + w);
-        }
-        cp_async_wait<S - W>();
-        __syncwarp();
-        if (mm * U + t < ntiles) {
-          Parts tile[W];
-          int tip[W], rel0[W];
-          KVQ_UNROLL
-          for (int w = 0; w < W; ++w) {
-            tile[w] = Tile::staged(ring + (t + w) * Tile::bytes);
-            tip[w] = tile_in_page(mm, t + w);
-            rel0[w] = 4 * P * ((mm * U + t + w) / TPP) + 16 * tip[w];
-          }
-#ifdef KVQ_DECODE_EXPERIMENT_COPY_ONLY  // diagnosis only: the copies without the math
-          if (tile[0].k[lane] == 0xAB) l[0][0] += 1.0f;
-#else
-          step(tile, tip, rel0);
-#endif
-        }
-        __syncwarp();
-      }
-      KVQ_UNROLL
-      for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
-    }
+    KVQ_UNROLL
+    for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
@@ -714,7 +584,7 @@ template <class Cfg, int NT>
 Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename Cfg::dtype>& v,
                       const AttentionBatch<typename Cfg::dtype>& a, const DecodePlan& plan, const DecodeWorkspace& ws,
                       uint32_t* flags) {
-  const size_t bytes = RecordsSmem<Cfg, NT>::bytes(plan.records_bulk != 0);
+  constexpr size_t bytes = RecordsSmem<Cfg, NT>::bytes;
   if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
       cudaSuccess)
     return Status::kCudaError;
@@ -724,22 +594,11 @@ Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename C
              : Status::kCudaError;
 }
 
-// Whether the records kernel the device runs takes the bulk-copy path (RecordsSmem): the
-// configuration allows it and the kernel was compiled for 9.0+ (the PTX version, what its
-// __CUDA_ARCH__ was, also where a driver compiles the PTX for a later device).
-template <class Cfg, int NT>
-Status records_bulk_path(bool* bulk) {
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, decode_records_kernel<Cfg, NT>) != cudaSuccess) return Status::kCudaError;
-  *bulk = RecordsSmem<Cfg, NT>::bulk && attr.ptxVersion >= 90;
-  return Status::kSuccess;
-}
-
 // CTAs of the records kernel one multiprocessor holds (what the planner sizes splits by), and the
-// registers a thread and the shared memory a CTA of it use, on the path `bulk`.
+// registers a thread and the shared memory a CTA of it use.
 template <class Cfg, int NT>
-Status records_occupancy(bool bulk, int* ctas_per_sm, int* regs, size_t* smem) {
-  const size_t bytes = RecordsSmem<Cfg, NT>::bytes(bulk);
+Status records_occupancy(int* ctas_per_sm, int* regs, size_t* smem) {
+  constexpr size_t bytes = RecordsSmem<Cfg, NT>::bytes;
   cudaFuncAttributes attr{};
   if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
           cudaSuccess ||

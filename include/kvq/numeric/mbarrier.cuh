@@ -94,22 +94,6 @@ KVQ_DEVICE void mbarrier_wait(uint32_t addr, uint32_t parity) {
 }
 KVQ_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) { mbarrier_wait(mbarrier_address(bar), parity); }
 
-// Adds x to the shared-memory counter *p and returns its old value, with acquire-release semantics
-// at CTA scope: a thread that finds the other threads' arrivals there also sees what they did
-// before theirs (the last of n arrivals hands a ring stage the others have read to new copies).
-KVQ_DEVICE uint32_t shared_fetch_add_acq_rel(uint32_t* p, uint32_t x) {
-#if KVQ_MBARRIER_DEVICE
-  uint32_t old = 0;
-  asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], %2;\n"
-               : "=r"(old)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))), "r"(x)
-               : "memory");
-  return old;
-#else
-  return atomicAdd(p, x);
-#endif
-}
-
 // Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32): every warp
 // that takes part reaches it with all its threads.
 KVQ_DEVICE void named_barrier_sync(unsigned id, unsigned threads) {
