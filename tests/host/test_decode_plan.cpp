@@ -165,6 +165,22 @@ TEST_CASE("decode plan: the tail runs beside the records kernel only in the room
   REQUIRE(kvq::plan_decode(shape(64, 4096), 128, 64, 6144, &p, 4, 1) == kvq::Status::kSuccess);
   CHECK(p.max_splits == 1);
   CHECK(p.tail_ctas == 0);
+  // Up to 768 KB in up to 64 pages: "none" (32 KB a page, 3 records CTAs a multiprocessor) at
+  // batch 8 x 4K halves 6 splits of 11 pages to 3 of 22 (704 KB); INT4 (10 KB) at batch 32 x 4K
+  // takes one split of 64 pages (640 KB). INT2 at batch 1 x 128K with q_len 4 (two row tiles' CTAs,
+  // 2 a multiprocessor: 33 splits of 63 pages fill the wave) would need 128 pages: it keeps them.
+  REQUIRE(kvq::plan_decode(shape(8, 4096), 128, 64, 32768, &p, 3, 1) == kvq::Status::kSuccess);
+  CHECK(p.max_splits == 3);
+  CHECK(p.split_tokens == 22 * 64);
+  CHECK(p.tail_ctas > 0);
+  REQUIRE(kvq::plan_decode(shape(32, 4096), 128, 64, 10240, &p, 4, 1) == kvq::Status::kSuccess);
+  CHECK(p.max_splits == 1);
+  CHECK(p.tail_ctas > 0);
+  REQUIRE(kvq::plan_decode(shape(1, 131072, 4), 128, 64, 6144, &p, 2, 2) == kvq::Status::kSuccess);
+  CHECK(p.max_splits == 33);
+  CHECK(p.tail_ctas == 0);
+  CHECK(kvq::decode_tail_room_split_pages(6144) == 64);
+  CHECK(kvq::decode_tail_room_split_pages(32768) == 24);
   // Without room for a dependent launch (tails_per_slot 0) the splits stay one wave.
   REQUIRE(kvq::plan_decode(shape(8, 4096), 128, 64, 6144, &p, 4, 0) == kvq::Status::kSuccess);
   CHECK(p.max_splits == 8);

@@ -120,16 +120,17 @@ constexpr TailSchedule decode_tail_schedule(int64_t free_slots, int tails_per_sl
 // (prologue, first loads, epilogue), so half as many CTAs, each with twice the pages, take about
 // as long, and the room they leave lets the tail run beside them instead of after them (one
 // kernel fewer in series). A long split is bound by issue or DRAM, and halving the CTAs costs
-// time. Measured on the H200 (bench/NOTES.md, decode v11c): batch 8 x 4K (8 -> 16 pages a split)
-// gains 5-15 us in every format; batch 32 x 4K (32 -> 64 pages) gains for INT2 (384 KB a split,
-// 88 -> 75 us), nothing for K4V2 (512 KB), and loses for INT8 (1 MB, 131 -> 160 us).
-#ifdef KVQ_DECODE_EXPERIMENT_ROOM_KB
-constexpr int64_t kDecodeTailRoomSplitBytes = int64_t(KVQ_DECODE_EXPERIMENT_ROOM_KB) << 10;
-#else
-constexpr int64_t kDecodeTailRoomSplitBytes = int64_t(512) << 10;
-#endif
+// time. So a halved split may read at most kDecodeTailRoomSplitBytes and hold at most
+// kDecodeTailRoomSplitPages pages. Measured on the H200 (bench/NOTES.md, decode v11c and run f3),
+// at 4K tokens: gains where the halved split reads up to 704 KB in up to 64 pages ("none" batch 8
+// 69 -> 64 us with 22 pages of 32 KB; INT4 batch 32 102 -> 99 us with 64 pages of 10 KB; INT2
+// batch 32 88 -> 75 us), a loss at 1 MB (INT8 batch 32, 64 pages: 131 -> 160 us). The page bound
+// keeps long splits of small records (INT2 batch 1 x 128K, q_len 4: 63 -> 128 pages) at one wave.
+constexpr int64_t kDecodeTailRoomSplitBytes = int64_t(768) << 10;
+constexpr int64_t kDecodeTailRoomSplitPages = 64;
 constexpr int64_t decode_tail_room_split_pages(size_t record_bytes) {
-  return record_bytes > 0 ? kDecodeTailRoomSplitBytes / int64_t(record_bytes) : 0;
+  const int64_t by_bytes = record_bytes > 0 ? kDecodeTailRoomSplitBytes / int64_t(record_bytes) : 0;
+  return by_bytes < kDecodeTailRoomSplitPages ? by_bytes : kDecodeTailRoomSplitPages;
 }
 
 // ctas_per_sm: CTAs of the split kernel one multiprocessor holds at once (kvq::plan_decode<Cfg>
@@ -183,7 +184,8 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   with_splits(splits);
   // Where the one-wave plan leaves no room for the tail, fewer and longer splits can: halved while
   // the tail would run after the records kernel and a halved split reads at most
-  // kDecodeTailRoomSplitBytes of records (decode_tail_room_split_pages).
+  // kDecodeTailRoomSplitBytes of records in at most kDecodeTailRoomSplitPages pages
+  // (decode_tail_room_split_pages).
   for (int64_t n = splits / 2; tail.ctas == 0 && n >= 1; n /= 2) {
     if (((pages + n - 1) / n) > decode_tail_room_split_pages(record_bytes)) break;
     const DecodePlan keep = p;
