@@ -71,6 +71,11 @@ struct RecordsSmem {
 #ifndef KVQ_DECODE_RECORDS_MIN_CTAS
 #define KVQ_DECODE_RECORDS_MIN_CTAS 4
 #endif
+// CTAs per multiprocessor the two-row-tile kernel (NT 2: 9-16 query rows) is compiled for; a
+// tuning knob, measured in bench/NOTES.md.
+#ifndef KVQ_DECODE_RECORDS_MIN_CTAS_WIDE
+#define KVQ_DECODE_RECORDS_MIN_CTAS_WIDE 1
+#endif
 // Tiles of one online-softmax step where the ring has 4 stages (1 or 2; the copies in flight are
 // the other 4 - this); a tuning knob, measured in bench/NOTES.md.
 #ifndef KVQ_DECODE_RECORDS_STEP
@@ -79,7 +84,8 @@ struct RecordsSmem {
 static_assert(KVQ_DECODE_RECORDS_STEP == 1 || KVQ_DECODE_RECORDS_STEP == 2, "a step of 1 or 2 tiles");
 
 template <class Cfg, int NT>
-__global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? KVQ_DECODE_RECORDS_MIN_CTAS : 1) KVQ_HIDDEN
+__global__ void __launch_bounds__(kDecodeWarps * 32,
+                                  NT == 1 ? KVQ_DECODE_RECORDS_MIN_CTAS : KVQ_DECODE_RECORDS_MIN_CTAS_WIDE) KVQ_HIDDEN
     decode_records_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
                           DecodeWorkspace ws, uint32_t* flags) {
   using T = typename Cfg::dtype;
