@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   uint32_t* qz = reinterpret_cast<uint32_t*>(smem + L::qs_bytes);    // [NT][32][qz_stride]
   float* row_down = reinterpret_cast<float*>(smem + L::qs_bytes + L::qz_bytes);
   __shared__ SeqAttention s;
-  __shared__ int bad;
+  __shared__ int bad, bad_page;
 
   // The tail kernel (independent of this one) may take the room this grid leaves. This grid is
   // itself the transition kernel's dependent: every path waits for it (wait_prior_grids) before
@@ -115,11 +115,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   const int row_tiles = (group * plan.shape.max_q_len + ROWS - 1) / ROWS;
   const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * ROWS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
+  if (threadIdx.x == 0) bad_page = 0;
   resolve_sequence_for_cta(v, a, plan, b, P, s, bad);
   const int64_t rec_end = bad ? 0 : records_end(s);
   const int64_t start = int64_t(split) * plan.split_tokens;
   const int64_t end = rec_end < start + plan.split_tokens ? rec_end : start + plan.split_tokens;
-  if (!pages_valid(v, b, s, bad, start, end, P)) {
+  if (bad) {
     wait_prior_grids();  // the transition grid has cleared the status word
     if (threadIdx.x == 0) reject_sequence(ws, b, flags);
     return;
@@ -158,7 +159,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // addresses 32 pages at a time, lane k the record of page 32 c + k (one coalesced block-table
   // read, the 64-bit arithmetic once per 32 pages), and a page turn takes its address from lane
   // kp % 32 by a shuffle. Past the warp's last page: its last page again (copied into a stage the
-  // loop never reads, so the copy path has no branch; the bytes come from L2).
+  // loop never reads, so the copy path has no branch; the bytes come from L2). The block-table
+  // entries are checked here, where they are read (no check of the whole split in front of the
+  // first copies, one round trip fewer): a page id outside the pool is replaced by page 0, so
+  // nothing is read out of bounds, and marks the CTA, which then rejects its sequence instead of
+  // writing its partial state.
   const int64_t stride = int64_t(v.num_kv_heads) * int64_t(Cfg::record_bytes);
   const int64_t page0 = base / P, cold_pages = s.cold / P;
   const int32_t* bt_row = v.block_table + int64_t(b) * v.max_pages_per_seq + page0;
@@ -172,8 +177,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     if (kp / 32 != record_chunk) {  // warp-uniform: once per 32 pages
       record_chunk = kp / 32;
       const int kl = 32 * record_chunk + lane, rel = 4 * (kl < npages ? kl : npages - 1);
-      const uint8_t* r = rel < cold_rel ? cold_h + int64_t(bt_row[rel]) * stride : trans_h + (rel + page0 - cold_pages) * stride;
+      const int32_t id = rel < cold_rel ? bt_row[rel] : 0;
+      const bool in_pool = id >= 0 && id < v.num_pages;
+      const uint8_t* r = rel < cold_rel ? cold_h + int64_t(in_pool ? id : 0) * stride : trans_h + (rel + page0 - cold_pages) * stride;
       lane_record = reinterpret_cast<unsigned long long>(r);
+      if (__any_sync(0xffffffffu, !in_pool) && lane == 0) bad_page = 1;
     }
     return reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, lane_record, kp % 32)) + 16 * lane;
   };
@@ -537,6 +545,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
+  if (bad_page) {  // a page id outside the pool (the same for the whole CTA after the barrier)
+    if (threadIdx.x == 0) reject_sequence(ws, b, flags);
+    return;
+  }
 
   if constexpr (VB) {  // O = 2^(24 - q) A + ZZ_B (ZZ_B from lane (B, i))
     KVQ_UNROLL
