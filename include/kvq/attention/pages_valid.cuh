@@ -22,7 +22,7 @@ __device__ bool pages_valid(const CacheView<T>& v, int b, const SeqAttention& s,
   bool ok = !bad;
   for (int64_t pg = start / page + threadIdx.x; ok && pg * page < limit; pg += blockDim.x) {
     const int32_t id = v.block_table[int64_t(b) * v.max_pages_per_seq + pg];
-    ok = id >= 0 && id < v.num_pages;
+    ok = page_in_pool(v, id);
   }
   return __syncthreads_and(ok) != 0;
 }

@@ -37,6 +37,13 @@ struct CacheView {
   const int32_t* hot_slot = nullptr;
 };
 
+// Whether block-table entry `id` names a page of the cold pool (host reference and kernels alike:
+// an entry outside it rejects its sequence).
+template <class T>
+KVQ_HD bool page_in_pool(const CacheView<T>& v, int32_t id) {
+  return id >= 0 && id < v.num_pages;
+}
+
 // Byte offset of record (page, head) inside the cold pool.
 KVQ_HD size_t record_offset(int64_t page, int head, int num_kv_heads, size_t record_bytes) {
   return (size_t(page) * size_t(num_kv_heads) + size_t(head)) * record_bytes;

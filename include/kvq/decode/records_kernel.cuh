@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
       record_chunk = kp / 32;
       const int kl = 32 * record_chunk + lane, rel = 4 * (kl < npages ? kl : npages - 1);
       const int32_t id = rel < cold_rel ? bt_row[rel] : 0;
-      const bool in_pool = id >= 0 && id < v.num_pages;
+      const bool in_pool = page_in_pool(v, id);
       const uint8_t* r = rel < cold_rel ? cold_h + int64_t(in_pool ? id : 0) * stride : trans_h + (rel + page0 - cold_pages) * stride;
       lane_record = reinterpret_cast<unsigned long long>(r);
       if (__any_sync(0xffffffffu, !in_pool) && lane == 0) bad_page = 1;

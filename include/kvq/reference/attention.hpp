@@ -59,7 +59,7 @@ Status attention(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<t
     const int64_t pool_end = std::min(s.cold, s.len);
     for (int64_t p = 0; p < (pool_end + P - 1) / P; ++p) {
       const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
-      if (page < 0 || page >= v.num_pages) return Status::kInvalidPageId;
+      if (!page_in_pool(v, page)) return Status::kInvalidPageId;
     }
   }
   const int group = a.num_q_heads / v.num_kv_heads;

@@ -41,7 +41,7 @@ Status dequantize_sequence(const CacheView<typename Cfg::dtype>& v, int b, int64
   if (slot < 0 || slot >= v.num_slots) return Status::kInvalidHotSlot;
   for (int64_t p = 0; p < cold / P; ++p) {
     const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
-    if (page < 0 || page >= v.num_pages) return Status::kInvalidPageId;
+    if (!page_in_pool(v, page)) return Status::kInvalidPageId;
   }
   for (int64_t t = 0; t < len; ++t)
     for (int h = 0; h < v.num_kv_heads; ++h)
