@@ -189,9 +189,12 @@ struct DeviceAttention {
 };
 
 // Runs `launch(workspace, bytes)` (a kvq attention call on d) into poisoned output, twice: the
-// result must not change between runs.
+// result must not change between runs: not a bit (same_bits), or, for a decode plan that shares
+// units dynamically (its partial sums round differently from call to call), by no more than
+// rounding: 2 units in the last place of T, or 1e-5 of the largest output.
 template <class T, class Launch>
-std::vector<T> run_poisoned_twice(DeviceAttention<T>& d, size_t workspace_bytes, const std::string& where, Launch&& launch) {
+std::vector<T> run_poisoned_twice(DeviceAttention<T>& d, size_t workspace_bytes, const std::string& where, Launch&& launch,
+                                  bool same_bits = true) {
   DeviceBuffer<uint8_t> ws(workspace_bytes);
   std::vector<T> first;
   for (int run = 0; run < 2; ++run) {
@@ -200,8 +203,16 @@ std::vector<T> run_poisoned_twice(DeviceAttention<T>& d, size_t workspace_bytes,
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
     if (run == 0) {
       first = d.out.download();
-    } else {
+    } else if (same_bits) {
       CHECK_MESSAGE(first_difference(first, d.out.download()) == -1, where << ": a second run gives different bits");
+    } else {
+      double mx = 0;
+      for (const T& x : first) mx = std::max(mx, std::fabs(double(x.to_float())));
+      const std::vector<T> second = d.out.download();
+      const long long at = first_rounding_gap(first, second, 2, 1e-5 * mx);
+      CHECK_MESSAGE(at == -1, where << ": a second run differs by more than rounding at " << at << ": "
+                                    << (at >= 0 ? first[size_t(at)].to_float() : 0.0f) << " vs "
+                                    << (at >= 0 ? second[size_t(at)].to_float() : 0.0f));
     }
   }
   return first;
@@ -210,9 +221,10 @@ std::vector<T> run_poisoned_twice(DeviceAttention<T>& d, size_t workspace_bytes,
 template <class Cfg>
 std::vector<typename Cfg::dtype> run_decode(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
                                             const kvq::DecodePlan& plan, uint32_t* flags, const std::string& where) {
-  return run_poisoned_twice(d, plan.workspace_bytes, where, [&](void* ws, size_t bytes) {
-    return kvq::decode<Cfg>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr);
-  });
+  return run_poisoned_twice(
+      d, plan.workspace_bytes, where,
+      [&](void* ws, size_t bytes) { return kvq::decode<Cfg>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr); },
+      plan.dynamic_units == 0);
 }
 
 inline int num_sms() {
@@ -424,18 +436,26 @@ void check_decode_many_slots(uint64_t seed) {
 //  constant keys: every logit is equal, so the output must be the mean of the values as the cache
 //    holds them (tests the value path alone);
 //  one-hot values: token t's value is e_(7t mod D), so output channel c is the sum of the
-//    probabilities of the tokens pointing at c (tests the key path and the softmax alone).
+//    probabilities of the tokens pointing at c (tests the key path and the softmax alone);
+//  unit coverage: constant keys and token t's value e_((t / 16) mod D), with a prompt of
+//    `prompt0` tokens planned for `plan_sms` multiprocessors, so that the records kernel's warps
+//    have shares long enough to be scheduled dynamically (checked): output channel c counts the
+//    16-token tiles pointing at c (2 or 3 of them), so a tile read twice or never moves it by a
+//    third or more (tests that the splits' units cover every record token once; with
+//    `deterministic`, the static schedule of the same shape, bit for bit between runs).
 // Expected outputs are computed directly from those definitions in fp64; error per element
 // at most 1 % of the expected value plus 0.2 % of the largest output.
-enum class Isolation { kConstantKeys, kOneHotValues };
+enum class Isolation { kConstantKeys, kOneHotValues, kUnitCoverage };
 
 template <class Cfg>
-void check_decode_isolation(uint64_t seed, Isolation kind) {
+void check_decode_isolation(uint64_t seed, Isolation kind, int prompt0 = 0, int plan_sms = 0, bool deterministic = false) {
   using T = typename Cfg::dtype;
   constexpr int P = Cfg::page, D = Cfg::head_dim;
   std::mt19937_64 rng(seed);
   const int heads = 1, group = 4, residual = P, batch = 2;
-  const int max_pages = 2048 / P + 4;
+  const bool const_keys = kind != Isolation::kOneHotValues;
+  if (prompt0 <= 0) prompt0 = 700 + int(rng() % P);
+  const int max_pages = (prompt0 + 1348) / P + 4;
   kvq::reference::HostCache<Cfg> host(heads, int64_t(batch) * max_pages, batch, residual, max_pages, batch);
   for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = b;
   KvGenerator gen(heads, D, seed);
@@ -446,13 +466,14 @@ void check_decode_isolation(uint64_t seed, Isolation kind) {
     std::vector<T> out = key ? gen.keys<T>(n) : gen.values<T>(n);
     for (int64_t r = 0; r < n; ++r, next_t += key ? 0 : 1)
       for (int c = 0; c < D; ++c) {
-        if (key && kind == Isolation::kConstantKeys) out[size_t(r) * D + c] = T::from_float(kconst[size_t(c)]);
+        if (key && const_keys) out[size_t(r) * D + c] = T::from_float(kconst[size_t(c)]);
         if (!key && kind == Isolation::kOneHotValues) out[size_t(r) * D + c] = T::from_float(c == (7 * next_t) % D ? 1.0f : 0.0f);
+        if (!key && kind == Isolation::kUnitCoverage) out[size_t(r) * D + c] = T::from_float(c == (next_t / 16) % D ? 1.0f : 0.0f);
       }
     return out;
   };
   // Values of consecutive rows get consecutive t: prompt rows of sequence 0 then 1, then the step's.
-  const std::vector<int32_t> prompt{int32_t(700 + rng() % P), 37};
+  const std::vector<int32_t> prompt{int32_t(prompt0), 37};
   std::vector<T> pk = rows(prompt[0] + prompt[1], true), pv = rows(prompt[0] + prompt[1], false);
   DeviceMirror<Cfg> dev;
   dev.upload(host);
@@ -481,7 +502,7 @@ void check_decode_isolation(uint64_t seed, Isolation kind) {
         const int64_t n = host.len[size_t(b)] + j + 1;
         double* o = &want[(size_t(cu[size_t(b)] + j) * group + hq) * D];
         double* on = &naive[(size_t(cu[size_t(b)] + j) * group + hq) * D];
-        if (kind == Isolation::kConstantKeys) {
+        if (const_keys) {
           for (int64_t t = 0; t < n; ++t)
             for (int c = 0; c < D; ++c) {
               o[c] += double(val[size_t(t) * D + c]) / double(n);
@@ -511,11 +532,24 @@ void check_decode_isolation(uint64_t seed, Isolation kind) {
       }
   }
   kvq::DecodePlan plan;
-  REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, group, heads, residual, host.len[0] + 4, 4, total, num_sms()}, &plan) ==
-          kvq::Status::kSuccess);
+  kvq::DecodeShape shape{batch, group, heads, residual, host.len[0] + 4, 4, total, plan_sms > 0 ? plan_sms : num_sms()};
+  shape.deterministic = deterministic ? 1 : 0;
+  REQUIRE(kvq::plan_decode<Cfg>(shape, &plan) == kvq::Status::kSuccess);
+  if (kind == Isolation::kUnitCoverage && kvq::detail::RecordTile<Cfg>::supported) {
+    // Sequence 0's records kernel warps have a dynamic share (records_kernel.cuh).
+    const int ut = 16 * (plan.rows_per_cta == 16 && D <= 128 ? kvq::detail::RecordsSmem<Cfg, 2>::stages
+                                                               : kvq::detail::RecordsSmem<Cfg, 1>::stages);
+    const int64_t rec_end = kvq::records_end(kvq::resolve_attention(host.view(), a, 0, P));
+    const int64_t splits = (rec_end + plan.split_tokens - 1) / plan.split_tokens;
+    REQUIRE((rec_end + ut - 1) / ut / (splits * kvq::detail::kDecodeWarps) >= kvq::kDecodeDynamicMinShare);
+    CHECK(plan.dynamic_units == (deterministic ? 0 : 1));
+  }
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
   DeviceAttention<T> d(a, cu, q, nk, nv, dev.cold_len.get());
-  const std::string where = kind == Isolation::kConstantKeys ? "constant keys" : "one-hot values";
+  const std::string where = std::string(kind == Isolation::kConstantKeys  ? "constant keys"
+                                        : kind == Isolation::kOneHotValues ? "one-hot values"
+                                                                           : "unit coverage") +
+                            (deterministic ? " (deterministic)" : "");
   const std::vector<T> got = run_decode<Cfg>(dev.view(host), d, plan, d_flags.get(), where);
   // Allowed per output: 1 % of the expected value + 0.2 % of the largest output + twice the
   // naive same-precision attention's largest error (the kernel rounds V and P to T as it does).

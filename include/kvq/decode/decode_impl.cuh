@@ -124,7 +124,8 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   const int group = batch.num_q_heads / cache.num_kv_heads;
   const int row_tiles8 = (group * plan.shape.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
   const unsigned nb = unsigned(batch.batch);
-  detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream, ws.status);  // clears ws.status
+  detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream, ws.status, ws.unit_counters,
+                                 plan.counters_per_seq);  // clears ws.status and the unit counters
   constexpr bool records_path = detail::RecordTile<Cfg>::supported;
   if constexpr (records_path) {
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;
