@@ -61,18 +61,4 @@ long long first_difference(const std::vector<T>& a, const std::vector<T>& b) {
   return -1;
 }
 
-// Where two runs' outputs differ by more than rounding: more than `max_ulps` units in the last
-// place of T and more than `abs_tol` (for outputs near zero, whose fp32 sums cancel); -1 if nowhere.
-template <class T>
-long long first_rounding_gap(const std::vector<T>& a, const std::vector<T>& b, int max_ulps, double abs_tol) {
-  if (b.size() != a.size()) return 0;
-  auto ordered = [](uint16_t bits) { return (bits & 0x8000u) ? -int(bits & 0x7fffu) : int(bits); };
-  for (size_t i = 0; i < a.size(); ++i) {
-    const int ulps = std::abs(ordered(a[i].bits) - ordered(b[i].bits));
-    const double gap = std::fabs(double(a[i].to_float()) - double(b[i].to_float()));
-    if (!(ulps <= max_ulps || gap <= abs_tol)) return static_cast<long long>(i);
-  }
-  return -1;
-}
-
 }  // namespace kvq_test

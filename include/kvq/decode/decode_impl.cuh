@@ -129,7 +129,7 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   constexpr bool records_path = detail::RecordTile<Cfg>::supported;
   if constexpr (records_path) {
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;
-    const dim3 grid(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles));
+    const dim3 grid(nb, unsigned(cache.num_kv_heads * row_tiles), unsigned(plan.max_splits));  // records_kernel.cuh
     if (plan.rows_per_cta == 16 && D <= 128) {
       if (detail::launch_records<Cfg, D <= 128 ? 2 : 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess)
         return Status::kCudaError;

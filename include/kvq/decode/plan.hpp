@@ -20,6 +20,7 @@ constexpr int kDecodeMaxQLen = 16;    // speculative decoding: up to 16 new toke
 constexpr int kDecodeRowsPerCta = 8;   // query rows (GQA heads x new tokens) one element-wise CTA carries
 constexpr int kDecodeTailChunk = 16;   // tail tokens (hot rows + new tokens) one tail CTA reads
 constexpr int kDecodeSplitMinPages = 4;  // pages a split holds at least (one per warp of a records CTA)
+constexpr int kDecodeMaxSplits = 65535;  // the records kernel's splits are its grid's z dimension
 // Units (one macro-iteration's tokens, records_kernel.cuh) a warp of the records kernel must have
 // as its share before part of them is scheduled dynamically (plan.dynamic_units): half the share
 // stays static, at least 3 units (a claim is first needed in the loop, after the wait for the
@@ -176,6 +177,7 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   // A split of fewer than kDecodeSplitMinPages pages would leave warps of its CTA idle (a warp
   // streams whole pages) and only add slots to merge.
   if (splits > pages / kDecodeSplitMinPages) splits = pages / kDecodeSplitMinPages;
+  if (splits > kDecodeMaxSplits) splits = kDecodeMaxSplits;
   if (splits < 1) splits = 1;
   p.transition_pages = s.residual / page + 1;
   const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);

@@ -1,9 +1,12 @@
 // kvq/decode/records_kernel.cuh - the tensor-core split kernel of decode attention over the
 // tokens the cache serves from records (the cold pool and the pages turning cold in this step).
 //
-// CTA = (split, sequence, KV head x row tile). Its rows are up to 8 * NT query rows of one KV
-// head (GQA heads x new tokens), so every K/V byte of the split is read once for all of them.
-// Each of the 4 warps streams whole pages of the split (warp w takes pages w, w+4, ...) in
+// CTA = (sequence, KV head x row tile, split): blockIdx x, y, z, so that the launch order (x
+// fastest) gives the first wave every sequence's first splits, and a sequence's splits land at
+// every place of the multiprocessors' CTA order. Its rows are up to 8 * NT query rows of one KV
+// head (GQA heads x new tokens), so every K/V byte is read once for all of them. The records are
+// cut into units of 16 U tokens shared by the sequence's splits (below: a static part, then
+// claims). Each of the 4 warps streams its units in
 // 16-token tiles through its own ring of 2 or 4 shared-memory stages filled by cp.async, in
 // unrolled macro-iterations (constant slots and copy offsets) and steps of 2 tiles when the ring
 // has 4 stages:
@@ -110,10 +113,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // itself the transition kernel's dependent: every path waits for it (wait_prior_grids) before
   // reading a transition record or exiting.
   launch_dependents();
-  const int split = blockIdx.x, b = blockIdx.y;
+  const int b = blockIdx.x, split = blockIdx.z;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + ROWS - 1) / ROWS;
-  const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * ROWS;
+  const int h = blockIdx.y / row_tiles, row0 = (blockIdx.y % row_tiles) * ROWS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   if (threadIdx.x == 0) bad_page = 0;
   resolve_sequence_for_cta(v, a, plan, b, P, s, bad);
@@ -137,14 +140,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // The records [0, rec_end) of this (sequence, KV head, row tile) are cut into units of UT = 16 U
   // tokens, one macro-iteration each: NPM whole pages (U >= TPP) or the MPP-th part of one page.
   // The sequence's `nsplits` CTAs share them (the merge reads one slot per CTA, whatever tokens it
-  // holds): warp gw = 4 split + warp of the GW = 4 nsplits first takes units gw, gw + GW, ... (its
-  // k_static static units). Where the plan schedules dynamically (plan.dynamic_units) and a warp's
-  // share is at least kDecodeDynamicMinShare units, the static units are half the share and the
-  // rest are claimed one at a time from the group's counter (workspace, cleared by the transition
-  // grid): a warp that runs ahead takes more, so the group's CTAs end together whatever share of
-  // its multiprocessor each one gets (bench/NOTES.md, run g1: the first CTA on a multiprocessor
-  // ran up to 1.4x faster than the last). A dynamic split's slot holds a different set of tokens
-  // from call to call, so its sums round differently (kvq::DecodeShape::deterministic).
+  // holds). Split s first takes the SR = 4 k_static units from s SR on, its warp w units s SR + w,
+  // + 4, ... (k_static each; a contiguous run per CTA, as the static split of v11 had). Where the
+  // plan schedules dynamically (plan.dynamic_units) and a warp's share is at least
+  // kDecodeDynamicMinShare units, the static runs cover half the records and the units from
+  // nsplits SR on are claimed one at a time, in order, from the group's counter (workspace,
+  // cleared by the transition grid): a warp that runs ahead takes more, so the group's CTAs end
+  // together whatever share of its multiprocessor each one gets (bench/NOTES.md, run g1: the first
+  // CTA on a multiprocessor ran up to 1.4x faster than the last). A dynamic split's slot holds a
+  // different set of tokens from call to call, so its sums round differently
+  // (kvq::DecodeShape::deterministic).
   // The loop runs in macro-iterations of U = S tiles, fully unrolled, so a tile's ring slot and,
   // when a unit covers whole pages (U >= TPP), its place in the page are compile-time constants:
   // every copy address is a register plus an immediate. Within a macro-iteration the tiles go in
@@ -159,12 +164,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   const int rec_end_i = int(rec_end);          // a sequence's tokens fit 32 bits (plan_decode)
   const int n_units = (rec_end_i + UT - 1) / UT;
   const int nsplits = int((rec_end + plan.split_tokens - 1) / plan.split_tokens);
-  const int GW = kDecodeWarps * nsplits, gw = kDecodeWarps * split + warp;
-  const int share = n_units / GW;
+  const int share = n_units / (kDecodeWarps * nsplits);
   const bool dynamic = plan.dynamic_units != 0 && share >= kDecodeDynamicMinShare;
-  const int k_static = dynamic ? share / 2 : (n_units + GW - 1) / GW;
-  const int dyn_base = k_static * GW;
-  int32_t* const counter = ws.unit_counters + int64_t(b) * gridDim.z + blockIdx.z;
+  const int k_static = dynamic ? share / 2 : (n_units + kDecodeWarps * nsplits - 1) / (kDecodeWarps * nsplits);
+  const int SR = kDecodeWarps * k_static, first_unit = split * SR + warp, dyn_base = nsplits * SR;
+  int32_t* const counter = ws.unit_counters + int64_t(b) * gridDim.y + blockIdx.y;
   // The warp's units in its order: static ones, then claims. fetch_unit returns the next one
   // (n_units: none left) and keeps one claim in flight (lane 0's atomic, read a unit later), so a
   // claim's round trip hides behind a macro-iteration. The first claim comes from the third fetch
@@ -173,7 +177,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   auto fetch_unit = [&]() -> int {
     int u = n_units;
     if (k_next < k_static)
-      u = gw + k_next * GW;
+      u = first_unit + kDecodeWarps * k_next;
     else if (dynamic)
       u = dyn_base + __shfl_sync(0xffffffffu, claim, 0);
     ++k_next;
@@ -224,7 +228,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   const uint8_t* rec_next[NPM];
   int u_cur = fetch_unit(), u_nx = fetch_unit();
   int32_t id_nx = load_id(u_nx);
-  if (int64_t(kDecodeWarps) * (split + 1) * UT > s.cold) wait_prior_grids();  // the transition records are written
+  if (int64_t(split * SR + kDecodeWarps) * UT > s.cold) wait_prior_grids();  // the transition records are written
   if (u_cur < n_units) {  // else the warp has no units (no copies, no loop)
     unit_records(u_cur, load_id(u_cur), rec_cur);
     KVQ_UNROLL
