@@ -10,20 +10,12 @@
 #include <kvq/dequant/dequantize_impl.cuh>
 #include <kvq/reference/append.hpp>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "bench_cache.cuh"
 
 namespace kvq_bench {
-
-// KVQ_BENCH_DETERMINISTIC=1: plan with DecodeShape::deterministic (static splits, the same bits
-// every call) instead of the default dynamic sharing of a sequence's units.
-inline bool deterministic_plans() {
-  const char* e = std::getenv("KVQ_BENCH_DETERMINISTIC");
-  return e && e[0] == '1';
-}
 
 template <class Cfg>
 struct DecodeCase {
@@ -72,9 +64,7 @@ struct DecodeCase {
     int sms = 0;
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sms");
     kvq::DecodePlan plan;
-    kvq::DecodeShape shape{batch, HQ, H, R, context, q_len, total_q, sms};
-    shape.deterministic = deterministic_plans() ? 1 : 0;
-    if (kvq::plan_decode<Cfg>(shape, &plan) !=
+    if (kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, HQ, H, R, context, q_len, total_q, sms}, &plan) !=
         kvq::Status::kSuccess) {
       state.SkipWithError("plan failed");
       return;

@@ -28,7 +28,7 @@ set(KVQ_CONFIGS
   # pages 32 and 128, other group sizes
   "bf16_d128_p32_int2|kvq::bf16|128|32|kvq::Int2<32>|kvq::Int2<32>"
   "bf16_d128_p128_int2_g64|kvq::bf16|128|128|kvq::Int2<64>|kvq::Int2<64>"
-  "bf16_d256_p128_k4v2_kg64|kvq::bf16|256|128|kvq::Int4<64>|kvq::Int2<32>"
+  "bf16_d256_p128_k4v2|kvq::bf16|256|128|kvq::Int4<32>|kvq::Int2<32>"
   "bf16_d64_p32_int2_g16|kvq::bf16|64|32|kvq::Int2<16>|kvq::Int2<16>"
   # key groups that are not a multiple of 16 tokens (and values of fewer channels than a packed
   # word): the element-wise decode kernel serves these, not the tensor-core records kernel

@@ -188,35 +188,31 @@ struct DeviceAttention {
   }
 };
 
-// Runs `launch(workspace, bytes)` (a kvq attention call on d) into poisoned output, twice. With
-// same_bits the second run must give the same bits, and the outputs are {first}; else (a decode
-// plan that shares units dynamically: which CTA sums which tokens, and so the rounding, changes
-// from call to call) both are returned, {first, second}, for the caller to judge each.
+// Runs `launch(workspace, bytes)` (a kvq attention call on d) into poisoned output, twice: the
+// result must not change between runs.
 template <class T, class Launch>
-std::vector<std::vector<T>> run_poisoned_twice(DeviceAttention<T>& d, size_t workspace_bytes, const std::string& where,
-                                               Launch&& launch, bool same_bits = true) {
+std::vector<T> run_poisoned_twice(DeviceAttention<T>& d, size_t workspace_bytes, const std::string& where, Launch&& launch) {
   DeviceBuffer<uint8_t> ws(workspace_bytes);
-  std::vector<std::vector<T>> runs;
+  std::vector<T> first;
   for (int run = 0; run < 2; ++run) {
     KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
     REQUIRE(launch(ws.get(), ws.size()) == kvq::Status::kSuccess);
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-    if (run == 0 || !same_bits)
-      runs.push_back(d.out.download());
-    else
-      CHECK_MESSAGE(first_difference(runs[0], d.out.download()) == -1, where << ": a second run gives different bits");
+    if (run == 0) {
+      first = d.out.download();
+    } else {
+      CHECK_MESSAGE(first_difference(first, d.out.download()) == -1, where << ": a second run gives different bits");
+    }
   }
-  return runs;
+  return first;
 }
 
 template <class Cfg>
-std::vector<std::vector<typename Cfg::dtype>> run_decode(const kvq::CacheView<typename Cfg::dtype>& view,
-                                                         DeviceAttention<typename Cfg::dtype>& d, const kvq::DecodePlan& plan,
-                                                         uint32_t* flags, const std::string& where) {
-  return run_poisoned_twice(
-      d, plan.workspace_bytes, where,
-      [&](void* ws, size_t bytes) { return kvq::decode<Cfg>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr); },
-      plan.dynamic_units == 0);
+std::vector<typename Cfg::dtype> run_decode(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
+                                            const kvq::DecodePlan& plan, uint32_t* flags, const std::string& where) {
+  return run_poisoned_twice(d, plan.workspace_bytes, where, [&](void* ws, size_t bytes) {
+    return kvq::decode<Cfg>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr);
+  });
 }
 
 inline int num_sms() {
@@ -270,9 +266,8 @@ std::vector<T> make_queries(KvGenerator& gen, int64_t rows, int group) {
 }
 
 // One attention step of `counts` new tokens for every sequence of host/dev: `run(view, d, where)`
-// runs the kernel under test on the device inputs d and returns its outputs (one or more runs);
-// each is checked against the host reference before the step's append and after it (same
-// expected result). Returns the last output after the append.
+// runs the kernel under test on the device inputs d; it is checked against the host reference
+// before the step's append and after it (same expected result). Returns the outputs.
 template <class Cfg, class Run>
 std::vector<typename Cfg::dtype> attention_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cfg>& dev,
                                                           const std::vector<int32_t>& counts, int group, float softcap,
@@ -301,22 +296,19 @@ std::vector<typename Cfg::dtype> attention_step_and_check(kvq::reference::HostCa
   for (size_t x = 0; x < naive_t.size(); ++x) naive_t[x] = T::from_float(f64.naive[x]);
   const OutputError en = output_error(naive_t, ref);
   const double l2_bound = std::max(kRelL2Bound, 2 * en.rel_l2), max_bound = std::max(kRelMaxBound, 2 * en.rel_max);
-  auto judge = [&](const std::vector<std::vector<T>>& runs, const std::string& w) {
-    for (size_t r = 0; r < runs.size(); ++r) {
-      const std::string wr = runs.size() > 1 ? w + " run " + std::to_string(r) : w;
-      const OutputError e = output_error(runs[r], ref);
-      CHECK_MESSAGE(e.rel_l2 < l2_bound, wr << ": rel L2 " << e.rel_l2 << " (naive " << en.rel_l2 << ")");
-      CHECK_MESSAGE(e.rel_max < max_bound, wr << ": rel max " << e.rel_max << " (naive " << en.rel_max << ")");
-      check_fa3(runs[r], f64, wr);
-    }
+  auto judge = [&](const std::vector<T>& got, const std::string& w) {
+    const OutputError e = output_error(got, ref);
+    CHECK_MESSAGE(e.rel_l2 < l2_bound, w << ": rel L2 " << e.rel_l2 << " (naive " << en.rel_l2 << ")");
+    CHECK_MESSAGE(e.rel_max < max_bound, w << ": rel max " << e.rel_max << " (naive " << en.rel_max << ")");
+    check_fa3(got, f64, w);
   };
   // Before the append (pages turning cold are quantized on the fly).
   judge(run(dev.view(host), d, where + " (before append)"), where + " (before append)");
   // The step's append on both sides, then again with the new cold lengths: same result.
   REQUIRE(step_both_with(host, dev, counts, nk, nv, where));
-  const std::vector<std::vector<T>> after = run(dev.view(host), d, where + " (after append)");
+  const std::vector<T> after = run(dev.view(host), d, where + " (after append)");
   judge(after, where + " (after append)");
-  return after.back();
+  return after;
 }
 
 // One decode step of `counts` new tokens for every sequence of host/dev, checked before and
@@ -432,26 +424,18 @@ void check_decode_many_slots(uint64_t seed) {
 //  constant keys: every logit is equal, so the output must be the mean of the values as the cache
 //    holds them (tests the value path alone);
 //  one-hot values: token t's value is e_(7t mod D), so output channel c is the sum of the
-//    probabilities of the tokens pointing at c (tests the key path and the softmax alone);
-//  unit coverage: constant keys and token t's value e_((t / 16) mod D), with a prompt of
-//    `prompt0` tokens planned for `plan_sms` multiprocessors, so that the records kernel's warps
-//    have shares long enough to be scheduled dynamically (checked): output channel c counts the
-//    16-token tiles pointing at c (2 or 3 of them), so a tile read twice or never moves it by a
-//    third or more (tests that the splits' units cover every record token once; with
-//    `deterministic`, the static schedule of the same shape, bit for bit between runs).
+//    probabilities of the tokens pointing at c (tests the key path and the softmax alone).
 // Expected outputs are computed directly from those definitions in fp64; error per element
 // at most 1 % of the expected value plus 0.2 % of the largest output.
-enum class Isolation { kConstantKeys, kOneHotValues, kUnitCoverage };
+enum class Isolation { kConstantKeys, kOneHotValues };
 
 template <class Cfg>
-void check_decode_isolation(uint64_t seed, Isolation kind, int prompt0 = 0, int plan_sms = 0, bool deterministic = false) {
+void check_decode_isolation(uint64_t seed, Isolation kind) {
   using T = typename Cfg::dtype;
   constexpr int P = Cfg::page, D = Cfg::head_dim;
   std::mt19937_64 rng(seed);
   const int heads = 1, group = 4, residual = P, batch = 2;
-  const bool const_keys = kind != Isolation::kOneHotValues;
-  if (prompt0 <= 0) prompt0 = 700 + int(rng() % P);
-  const int max_pages = (prompt0 + 1348) / P + 4;
+  const int max_pages = 2048 / P + 4;
   kvq::reference::HostCache<Cfg> host(heads, int64_t(batch) * max_pages, batch, residual, max_pages, batch);
   for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = b;
   KvGenerator gen(heads, D, seed);
@@ -462,14 +446,13 @@ void check_decode_isolation(uint64_t seed, Isolation kind, int prompt0 = 0, int 
     std::vector<T> out = key ? gen.keys<T>(n) : gen.values<T>(n);
     for (int64_t r = 0; r < n; ++r, next_t += key ? 0 : 1)
       for (int c = 0; c < D; ++c) {
-        if (key && const_keys) out[size_t(r) * D + c] = T::from_float(kconst[size_t(c)]);
+        if (key && kind == Isolation::kConstantKeys) out[size_t(r) * D + c] = T::from_float(kconst[size_t(c)]);
         if (!key && kind == Isolation::kOneHotValues) out[size_t(r) * D + c] = T::from_float(c == (7 * next_t) % D ? 1.0f : 0.0f);
-        if (!key && kind == Isolation::kUnitCoverage) out[size_t(r) * D + c] = T::from_float(c == (next_t / 16) % D ? 1.0f : 0.0f);
       }
     return out;
   };
   // Values of consecutive rows get consecutive t: prompt rows of sequence 0 then 1, then the step's.
-  const std::vector<int32_t> prompt{int32_t(prompt0), 37};
+  const std::vector<int32_t> prompt{int32_t(700 + rng() % P), 37};
   std::vector<T> pk = rows(prompt[0] + prompt[1], true), pv = rows(prompt[0] + prompt[1], false);
   DeviceMirror<Cfg> dev;
   dev.upload(host);
@@ -498,7 +481,7 @@ void check_decode_isolation(uint64_t seed, Isolation kind, int prompt0 = 0, int 
         const int64_t n = host.len[size_t(b)] + j + 1;
         double* o = &want[(size_t(cu[size_t(b)] + j) * group + hq) * D];
         double* on = &naive[(size_t(cu[size_t(b)] + j) * group + hq) * D];
-        if (const_keys) {
+        if (kind == Isolation::kConstantKeys) {
           for (int64_t t = 0; t < n; ++t)
             for (int c = 0; c < D; ++c) {
               o[c] += double(val[size_t(t) * D + c]) / double(n);
@@ -528,25 +511,12 @@ void check_decode_isolation(uint64_t seed, Isolation kind, int prompt0 = 0, int 
       }
   }
   kvq::DecodePlan plan;
-  kvq::DecodeShape shape{batch, group, heads, residual, host.len[0] + 4, 4, total, plan_sms > 0 ? plan_sms : num_sms()};
-  shape.deterministic = deterministic ? 1 : 0;
-  REQUIRE(kvq::plan_decode<Cfg>(shape, &plan) == kvq::Status::kSuccess);
-  if (kind == Isolation::kUnitCoverage && kvq::detail::RecordTile<Cfg>::supported) {
-    // Sequence 0's records kernel warps have a dynamic share (records_kernel.cuh).
-    const int ut = 16 * (plan.rows_per_cta == 16 && D <= 128 ? kvq::detail::RecordsSmem<Cfg, 2>::stages
-                                                               : kvq::detail::RecordsSmem<Cfg, 1>::stages);
-    const int64_t rec_end = kvq::records_end(kvq::resolve_attention(host.view(), a, 0, P));
-    const int64_t splits = (rec_end + plan.split_tokens - 1) / plan.split_tokens;
-    REQUIRE((rec_end + ut - 1) / ut / (splits * kvq::detail::kDecodeWarps) >= kvq::kDecodeDynamicMinShare);
-    CHECK(plan.dynamic_units == (deterministic ? 0 : 1));
-  }
+  REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, group, heads, residual, host.len[0] + 4, 4, total, num_sms()}, &plan) ==
+          kvq::Status::kSuccess);
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
   DeviceAttention<T> d(a, cu, q, nk, nv, dev.cold_len.get());
-  const std::string where = std::string(kind == Isolation::kConstantKeys  ? "constant keys"
-                                        : kind == Isolation::kOneHotValues ? "one-hot values"
-                                                                           : "unit coverage") +
-                            (deterministic ? " (deterministic)" : "");
-  const std::vector<std::vector<T>> runs = run_decode<Cfg>(dev.view(host), d, plan, d_flags.get(), where);
+  const std::string where = kind == Isolation::kConstantKeys ? "constant keys" : "one-hot values";
+  const std::vector<T> got = run_decode<Cfg>(dev.view(host), d, plan, d_flags.get(), where);
   // Allowed per output: 1 % of the expected value + 0.2 % of the largest output + twice the
   // naive same-precision attention's largest error (the kernel rounds V and P to T as it does).
   double mx = 0, e_naive = 0;
@@ -554,15 +524,13 @@ void check_decode_isolation(uint64_t seed, Isolation kind, int prompt0 = 0, int 
     mx = std::max(mx, std::fabs(want[x]));
     e_naive = std::max(e_naive, std::fabs(naive[x] - want[x]));
   }
-  for (const std::vector<T>& got : runs) {
-    size_t bad = 0, first_bad = 0;
-    for (size_t x = 0; x < want.size(); ++x)
-      if (std::fabs(got[x].to_float() - want[x]) > 0.01 * std::fabs(want[x]) + 2e-3 * mx + 2 * e_naive && bad++ == 0)
-        first_bad = x;
-    CHECK_MESSAGE(bad == 0, where << ": " << bad << " of " << want.size() << " outputs off; first at " << first_bad << ": "
-                                  << got[first_bad].to_float() << " vs " << want[first_bad] << " (naive " << std::string(T::name())
-                                  << " " << naive[first_bad] << ", its largest error " << e_naive << ", max |out| " << mx << ")");
-  }
+  size_t bad = 0, first_bad = 0;
+  for (size_t x = 0; x < want.size(); ++x)
+    if (std::fabs(got[x].to_float() - want[x]) > 0.01 * std::fabs(want[x]) + 2e-3 * mx + 2 * e_naive && bad++ == 0)
+      first_bad = x;
+  CHECK_MESSAGE(bad == 0, where << ": " << bad << " of " << want.size() << " outputs off; first at " << first_bad << ": "
+                                << got[first_bad].to_float() << " vs " << want[first_bad] << " (naive " << std::string(T::name())
+                                << " " << naive[first_bad] << ", its largest error " << e_naive << ", max |out| " << mx << ")");
   CHECK(d_flags.download()[0] == 0u);
 }
 

@@ -34,9 +34,9 @@ kvq::Status plan_prefill_as_chosen(const kvq::PrefillShape& shape, kvq::PrefillP
   return kvq::plan_prefill<Cfg>(shape, plan, 0, prefill_choice().kernel, prefill_choice().tile_tokens);
 }
 
-// Runs kvq::prefill into poisoned output, twice (the same bits both times): {the output}.
+// Runs kvq::prefill into poisoned output, twice (the same bits both times).
 template <class Cfg>
-std::vector<std::vector<typename Cfg::dtype>> run_prefill(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
+std::vector<typename Cfg::dtype> run_prefill(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
                                              const kvq::PrefillPlan& plan, uint32_t* flags, const std::string& where) {
   return run_poisoned_twice(d, plan.workspace_bytes, where, [&](void* ws, size_t bytes) {
     return kvq::prefill<Cfg>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr);
@@ -200,7 +200,7 @@ void check_prefill_schedule(uint64_t seed) {
   REQUIRE(plan_prefill_as_chosen<Cfg>(kvq::PrefillShape{batch, heads * group, heads, residual, max_q, max_q, cu.back()}, &plan) ==
           kvq::Status::kSuccess);
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
-  const std::vector<T> one_shot = run_prefill<Cfg>(dev_fresh.view(fresh), d, plan, d_flags.get(), base + " one-shot attention")[0];
+  const std::vector<T> one_shot = run_prefill<Cfg>(dev_fresh.view(fresh), d, plan, d_flags.get(), base + " one-shot attention");
   std::vector<float> one_shot_f(one_shot.size());
   for (size_t x = 0; x < one_shot.size(); ++x) one_shot_f[x] = one_shot[x].to_float();
   const OutputError e = output_error(chunked_out, one_shot_f);

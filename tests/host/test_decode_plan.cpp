@@ -65,8 +65,7 @@ TEST_CASE("decode plan: workspace parts are 256-byte aligned, disjoint and large
   const kvq::DecodeShape s{5, 12, 3, 64, 5000, 4, 17, 132};
   REQUIRE(kvq::plan_decode(s, 64, 32, 4096, &p) == kvq::Status::kSuccess);
   CHECK(p.transition_offset == 0);
-  for (size_t off : {p.partial_offset, p.stats_offset, p.status_offset, p.counters_offset, p.workspace_bytes})
-    CHECK(off % 256 == 0);
+  for (size_t off : {p.partial_offset, p.stats_offset, p.status_offset, p.workspace_bytes}) CHECK(off % 256 == 0);
   const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
   CHECK(p.partial_offset >= size_t(s.batch) * size_t(p.transition_pages) * size_t(s.num_kv_heads) * 4096);
   // one slot per split plus the tail slots (hot rows + new tokens: < R + P + max_q_len)
@@ -74,25 +73,7 @@ TEST_CASE("decode plan: workspace parts are 256-byte aligned, disjoint and large
   CHECK(int64_t(p.tail_slots) * p.tail_span >= p.tail_chunks);
   CHECK(p.stats_offset - p.partial_offset >= size_t(p.max_splits + p.tail_slots) * rows * 64 * 4);
   CHECK(p.status_offset - p.stats_offset >= size_t(p.max_splits + p.tail_slots) * rows * 2 * 4);
-  CHECK(p.counters_offset - p.status_offset >= size_t(s.batch) * 4);
-  // one unit counter per (sequence, KV head, records row tile): 12 / 3 heads x q_len 4 = 16 rows, one tile
-  CHECK(p.counters_per_seq == s.num_kv_heads * 1);
-  CHECK(p.workspace_bytes - p.counters_offset >= size_t(s.batch) * size_t(p.counters_per_seq) * 4);
-}
-
-TEST_CASE("decode plan: units are shared dynamically unless the shape asks for the same bits every call") {
-  kvq::DecodePlan p;
-  kvq::DecodeShape s = shape(8, 131072);
-  REQUIRE(kvq::plan_decode(s, 128, 64, 6144, &p) == kvq::Status::kSuccess);
-  CHECK(p.dynamic_units == 1);
-  const kvq::DecodePlan dynamic_plan = p;
-  s.deterministic = 1;
-  REQUIRE(kvq::plan_decode(s, 128, 64, 6144, &p) == kvq::Status::kSuccess);
-  CHECK(p.dynamic_units == 0);
-  // the same splits and workspace either way
-  CHECK(p.max_splits == dynamic_plan.max_splits);
-  CHECK(p.split_tokens == dynamic_plan.split_tokens);
-  CHECK(p.workspace_bytes == dynamic_plan.workspace_bytes);
+  CHECK(p.workspace_bytes - p.status_offset >= size_t(s.batch) * 4);
 }
 
 TEST_CASE("decode plan: bad shapes are rejected") {

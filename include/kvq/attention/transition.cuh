@@ -6,9 +6,9 @@
 // (page_encoder.cuh) into a caller-provided transition area, where token_ref finds them:
 //   transition [batch][transition_pages][num_kv_heads][record_bytes]
 // Shared by decode and chunked prefill. Grid: (transition_pages, batch, num_kv_heads), 256 threads.
-// Decode also has it clear its per-sequence status words and unit counters (decode/workspace.cuh)
-// as the first kernel of its chain, which saves a memset in front of it: the later kernels set a
-// word only after they have waited for this grid (wait_prior_grids).
+// Decode also has it clear its per-sequence status words (decode/workspace.cuh) as the first
+// kernel of its chain, which saves a memset in front of it: the later kernels set a word only
+// after they have waited for this grid (wait_prior_grids).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,15 +23,13 @@ namespace detail {
 template <class Cfg>
 __global__ void __launch_bounds__(256) KVQ_HIDDEN
     transition_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, int transition_pages,
-                      uint8_t* transition, int32_t* clear_status, int32_t* clear_counters, int counters_per_seq) {
+                      uint8_t* transition, int32_t* clear_status) {
   constexpr int P = Cfg::page;
   __shared__ PageEncoderSmem<Cfg> sm;
   __shared__ SeqAttention s;
   const int j = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
   launch_dependents();  // decode's records kernel may start; it waits for this grid before reading the records
   if (clear_status && j == 0 && h == 0 && threadIdx.x == 0) clear_status[b] = 0;
-  if (clear_counters && j == 0 && h == 0)
-    for (int c = threadIdx.x; c < counters_per_seq; c += blockDim.x) clear_counters[int64_t(b) * counters_per_seq + c] = 0;
   if (threadIdx.x == 0) s = resolve_attention(v, a, b, P);
   __syncthreads();
   if (s.status != Status::kSuccess) return;  // reported by the attention kernel
@@ -44,10 +42,9 @@ __global__ void __launch_bounds__(256) KVQ_HIDDEN
 
 template <class Cfg>
 void launch_transition(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
-                       int transition_pages, uint8_t* transition, cudaStream_t stream, int32_t* clear_status = nullptr,
-                       int32_t* clear_counters = nullptr, int counters_per_seq = 0) {
+                       int transition_pages, uint8_t* transition, cudaStream_t stream, int32_t* clear_status = nullptr) {
   transition_kernel<Cfg><<<dim3(unsigned(transition_pages), unsigned(a.batch), unsigned(v.num_kv_heads)), 256, 0, stream>>>(
-      v, a, transition_pages, transition, clear_status, clear_counters, counters_per_seq);
+      v, a, transition_pages, transition, clear_status);
 }
 
 }  // namespace detail

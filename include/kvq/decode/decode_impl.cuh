@@ -124,12 +124,11 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   const int group = batch.num_q_heads / cache.num_kv_heads;
   const int row_tiles8 = (group * plan.shape.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
   const unsigned nb = unsigned(batch.batch);
-  detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream, ws.status, ws.unit_counters,
-                                 plan.counters_per_seq);  // clears ws.status and the unit counters
+  detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream, ws.status);  // clears ws.status
   constexpr bool records_path = detail::RecordTile<Cfg>::supported;
   if constexpr (records_path) {
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;
-    const dim3 grid(nb, unsigned(cache.num_kv_heads * row_tiles), unsigned(plan.max_splits));  // records_kernel.cuh
+    const dim3 grid(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles));
     if (plan.rows_per_cta == 16 && D <= 128) {
       if (detail::launch_records<Cfg, D <= 128 ? 2 : 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess)
         return Status::kCudaError;

@@ -20,12 +20,6 @@ constexpr int kDecodeMaxQLen = 16;    // speculative decoding: up to 16 new toke
 constexpr int kDecodeRowsPerCta = 8;   // query rows (GQA heads x new tokens) one element-wise CTA carries
 constexpr int kDecodeTailChunk = 16;   // tail tokens (hot rows + new tokens) one tail CTA reads
 constexpr int kDecodeSplitMinPages = 4;  // pages a split holds at least (one per warp of a records CTA)
-constexpr int kDecodeMaxSplits = 65535;  // the records kernel's splits are its grid's z dimension
-// Units (one macro-iteration's tokens, records_kernel.cuh) a warp of the records kernel must have
-// as its share before part of them is scheduled dynamically (plan.dynamic_units): half the share
-// stays static, at least 3 units (a claim is first needed in the loop, after the wait for the
-// transition grid).
-constexpr int kDecodeDynamicMinShare = 6;
 
 // Query rows one CTA of the tensor-core records kernel carries: 16 when the group x q_len needs
 // more than 8 and the head dim leaves registers for two row tiles, else 8.
@@ -42,11 +36,6 @@ struct DecodeShape {
   int32_t max_q_len;      // 1 .. kDecodeMaxQLen
   int64_t total_q;        // upper bound of the sum of q_len (rows of q)
   int32_t num_sms;        // multiprocessors of the GPU (cudaDevAttrMultiProcessorCount)
-  // 1: every call gives the same bits for the same inputs (the records kernel's splits take fixed
-  // tokens). 0 (default): the records kernel's CTAs of one sequence and KV head share its tokens
-  // dynamically, so they end together however the GPU schedules them (faster at long contexts);
-  // the split sums then round differently from call to call (last bits of fp32 partials).
-  int32_t deterministic = 0;
 };
 
 // Workspace layout (all offsets 256-byte aligned, sizes in bytes):
@@ -56,8 +45,6 @@ struct DecodeShape {
 // slots = max_splits record splits, then tail_slots slots of tail_span chunks of kDecodeTailChunk
 // tail tokens each (hot rows and new tokens: fewer than R + P + max_q_len of them).
 //   sequence status    [batch] int32
-//   unit counters      [batch][num_kv_heads x record row tiles] int32 (dynamic_units; cleared by
-//                      the transition kernel each call)
 struct DecodePlan {
   DecodeShape shape;
   int32_t head_dim, page;
@@ -74,9 +61,7 @@ struct DecodePlan {
                              // taking every tail_ctas-th item (decode_tail_schedule)
   int32_t dependent_launches;  // 1: decode chains its launches as dependent launches (plan_decode<Cfg>
                                // on a device and with kernels that take them); 0: ordinary launches
-  int32_t dynamic_units;       // 1: records CTAs share a sequence's tokens dynamically (!shape.deterministic)
-  int32_t counters_per_seq;    // num_kv_heads x record row tiles: unit counters of a sequence
-  size_t transition_offset, partial_offset, stats_offset, status_offset, counters_offset, workspace_bytes;
+  size_t transition_offset, partial_offset, stats_offset, status_offset, workspace_bytes;
 };
 
 constexpr size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
@@ -177,7 +162,6 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   // A split of fewer than kDecodeSplitMinPages pages would leave warps of its CTA idle (a warp
   // streams whole pages) and only add slots to merge.
   if (splits > pages / kDecodeSplitMinPages) splits = pages / kDecodeSplitMinPages;
-  if (splits > kDecodeMaxSplits) splits = kDecodeMaxSplits;
   if (splits < 1) splits = 1;
   p.transition_pages = s.residual / page + 1;
   const size_t rows = size_t(s.total_q) * size_t(s.num_q_heads);
@@ -215,10 +199,7 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   const size_t slots = size_t(p.max_splits) + size_t(p.tail_slots);
   p.stats_offset = p.partial_offset + align256(slots * rows * head_dim * 4);
   p.status_offset = p.stats_offset + align256(slots * rows * 2 * 4);
-  p.dynamic_units = s.deterministic ? 0 : 1;
-  p.counters_per_seq = int32_t(s.num_kv_heads * row_tiles);
-  p.counters_offset = p.status_offset + align256(size_t(s.batch) * 4);
-  p.workspace_bytes = p.counters_offset + align256(size_t(s.batch) * size_t(p.counters_per_seq) * 4);
+  p.workspace_bytes = p.status_offset + align256(size_t(s.batch) * 4);
   *plan = p;
   return Status::kSuccess;
 }

@@ -87,15 +87,12 @@ struct RecordTile {
 
   // Issues lane `lane`'s copies of tile t0 (token offset in the page, a multiple of 16) of a
   // record. dst: the stage's shared-memory address + 16 * lane; rec: the record + 16 * lane.
-  // With t0 a compile-time constant every address is a register plus an immediate. INT2/INT4
-  // keys: the key group's parameters come with its first tile, and with any tile where
-  // `group_params` (a reader that starts inside a group).
-  KVQ_DEVICE static void copy(uint32_t dst, const uint8_t* rec, int t0, int lane, bool group_params = false) {
+  // With t0 a compile-time constant every address is a register plus an immediate.
+  KVQ_DEVICE static void copy(uint32_t dst, const uint8_t* rec, int t0, int lane) {
     constexpr RecordOffsets o = Cfg::record;
     copy_part<kTokens * k_row>(dst + kc, rec + o.k_codes + t0 * k_row, lane);
     if constexpr (k_asym) {
-      if (group_params || t0 % KQ::group == 0)
-        copy_part<k_param_bytes>(dst + kp, rec + o.k_params + (t0 / KQ::group) * 4 * D, lane);
+      if (t0 % KQ::group == 0) copy_part<k_param_bytes>(dst + kp, rec + o.k_params + (t0 / KQ::group) * 4 * D, lane);
     } else if constexpr (k_int8) {
       copy_part<k_param_bytes>(dst + kp, rec + o.k_params + t0 * 4, lane);
     }

@@ -1,12 +1,9 @@
 // kvq/decode/records_kernel.cuh - the tensor-core split kernel of decode attention over the
 // tokens the cache serves from records (the cold pool and the pages turning cold in this step).
 //
-// CTA = (sequence, KV head x row tile, split): blockIdx x, y, z, so that the launch order (x
-// fastest) gives the first wave every sequence's first splits, and a sequence's splits land at
-// every place of the multiprocessors' CTA order. Its rows are up to 8 * NT query rows of one KV
-// head (GQA heads x new tokens), so every K/V byte is read once for all of them. The records are
-// cut into units of 16 U tokens shared by the sequence's splits (below: a static part, then
-// claims). Each of the 4 warps streams its units in
+// CTA = (split, sequence, KV head x row tile). Its rows are up to 8 * NT query rows of one KV
+// head (GQA heads x new tokens), so every K/V byte of the split is read once for all of them.
+// Each of the 4 warps streams whole pages of the split (warp w takes pages w, w+4, ...) in
 // 16-token tiles through its own ring of 2 or 4 shared-memory stages filled by cp.async, in
 // unrolled macro-iterations (constant slots and copy offsets) and steps of 2 tiles when the ring
 // has 4 stages:
@@ -113,10 +110,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // itself the transition kernel's dependent: every path waits for it (wait_prior_grids) before
   // reading a transition record or exiting.
   launch_dependents();
-  const int b = blockIdx.x, split = blockIdx.z;
+  const int split = blockIdx.x, b = blockIdx.y;
   const int group = a.num_q_heads / v.num_kv_heads;
   const int row_tiles = (group * plan.shape.max_q_len + ROWS - 1) / ROWS;
-  const int h = blockIdx.y / row_tiles, row0 = (blockIdx.y % row_tiles) * ROWS;
+  const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * ROWS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   if (threadIdx.x == 0) bad_page = 0;
   resolve_sequence_for_cta(v, a, plan, b, P, s, bad);
@@ -136,103 +133,82 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
 
   const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
 
-  // ---- the warp's units ----
-  // The records [0, rec_end) of this (sequence, KV head, row tile) are cut into units of UT = 16 U
-  // tokens, one macro-iteration each: NPM whole pages (U >= TPP) or the MPP-th part of one page.
-  // The sequence's `nsplits` CTAs share them (the merge reads one slot per CTA, whatever tokens it
-  // holds). Split s first takes the SR = 4 k_static units from s SR on, its warp w units s SR + w,
-  // + 4, ... (k_static each; a contiguous run per CTA, as the static split of v11 had). Where the
-  // plan schedules dynamically (plan.dynamic_units) and a warp's share is at least
-  // kDecodeDynamicMinShare units, the static runs cover half the records and the units from
-  // nsplits SR on are claimed one at a time, in order, from the group's counter (workspace,
-  // cleared by the transition grid): a warp that runs ahead takes more, so the group's CTAs end
-  // together whatever share of its multiprocessor each one gets (bench/NOTES.md, run g1: the first
-  // CTA on a multiprocessor ran up to 1.4x faster than the last). A dynamic split's slot holds a
-  // different set of tokens from call to call, so its sums round differently
-  // (kvq::DecodeShape::deterministic).
+  // ---- the warp's tiles ----
+  // The warp's pages are pages 0, 4, 8, ... of the split counted from `base` (its first token);
+  // tile n is tile n % TPP of the warp's page n / TPP. Offsets from base fit 32 bits (a split is
+  // below 2^31 tokens), so the loop does no 64-bit arithmetic except once per page.
   // The loop runs in macro-iterations of U = S tiles, fully unrolled, so a tile's ring slot and,
-  // when a unit covers whole pages (U >= TPP), its place in the page are compile-time constants:
-  // every copy address is a register plus an immediate. Within a macro-iteration the tiles go in
-  // steps of W (2 when the ring has 4 stages): one online-softmax update per step.
+  // when a macro-iteration covers whole pages (U >= TPP), its place in the page are compile-time
+  // constants: every copy address is a register plus an immediate. Within a macro-iteration the
+  // tiles go in steps of W (2 when the ring has 4 stages): one online-softmax update per step.
   constexpr int U = S, W = (S == 4 && TPP >= 2) ? KVQ_DECODE_RECORDS_STEP : 1;
-  constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per unit
-  constexpr int MPP = U >= TPP ? 1 : TPP / U;  // units per page
-  constexpr int UT = 16 * U;                   // tokens per unit
-  // Whether every unit starts a key group (INT2/INT4 keys); else a unit's first tile also brings
-  // its group's parameters and computes the key bias (a warp's units are not consecutive).
-  constexpr bool unit_groups = !Tile::k_asym || UT % Tile::KQ::group == 0;
-  const int rec_end_i = int(rec_end);          // a sequence's tokens fit 32 bits (plan_decode)
-  const int n_units = (rec_end_i + UT - 1) / UT;
-  const int nsplits = int((rec_end + plan.split_tokens - 1) / plan.split_tokens);
-  const int share = n_units / (kDecodeWarps * nsplits);
-  const bool dynamic = plan.dynamic_units != 0 && share >= kDecodeDynamicMinShare;
-  const int k_static = dynamic ? share / 2 : (n_units + kDecodeWarps * nsplits - 1) / (kDecodeWarps * nsplits);
-  const int SR = kDecodeWarps * k_static, first_unit = split * SR + warp, dyn_base = nsplits * SR;
-  int32_t* const counter = ws.unit_counters + int64_t(b) * gridDim.y + blockIdx.y;
-  // The warp's units in its order: static ones, then claims. fetch_unit returns the next one
-  // (n_units: none left) and keeps one claim in flight (lane 0's atomic, read a unit later), so a
-  // claim's round trip hides behind a macro-iteration. The first claim comes from the third fetch
-  // at the earliest (k_static >= 3), inside the loop: after the wait for the transition grid.
-  int k_next = 0, claim = 0;
-  auto fetch_unit = [&]() -> int {
-    int u = n_units;
-    if (k_next < k_static)
-      u = first_unit + kDecodeWarps * k_next;
-    else if (dynamic)
-      u = dyn_base + __shfl_sync(0xffffffffu, claim, 0);
-    ++k_next;
-    if (dynamic && k_next >= k_static && u < n_units && lane == 0) claim = atomicAdd(counter, 1);
-    return u < n_units ? u : n_units;
-  };
-  // Record (+ 16 * lane) of a unit's page q: record (page, h) of a pool lies at pool + h *
-  // record_bytes + page * stride; pages from cold / P on are the transition grid's. Lane l holds
-  // page l % NPM of the unit (its block-table entry loaded a macro-iteration before it is used);
-  // pages past the records' last one read the last one (copies into stages the loop reads only
-  // masked). An id outside the pool reads page 0 and marks the CTA, which then rejects its
-  // sequence instead of writing its partial state.
+  constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per macro-iteration
+  constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
+  const int64_t base = (start / P + warp) * P;
+  const int rel_end = end > base ? int(end - base) : 0;
+  int ntiles = 0, npages = 0;
+  if (rel_end > 0) {
+    const int kmax = (rel_end - 1) / P / 4;  // the warp's last page
+    const int left = rel_end - 4 * kmax * P;
+    ntiles = kmax * TPP + ((left < P ? left : P) + 15) / 16;
+    npages = kmax + 1;
+  }
+  const int nmacro = (ntiles + U - 1) / U;
+  // Record (+ 16 * lane) of the warp's page kp (page base / P + 4 kp of the sequence): record
+  // (page, h) of a pool lies at pool + h * record_bytes + page * stride. The warp computes these
+  // addresses 32 pages at a time, lane k the record of page 32 c + k (one coalesced block-table
+  // read, the 64-bit arithmetic once per 32 pages), and a page turn takes its address from lane
+  // kp % 32 by a shuffle. Past the warp's last page: its last page again (copied into a stage the
+  // loop never reads, so the copy path has no branch; the bytes come from L2). The block-table
+  // entries are checked here, where they are read (no check of the whole split in front of the
+  // first copies, one round trip fewer): a page id outside the pool is replaced by page 0, so
+  // nothing is read out of bounds, and marks the CTA, which then rejects its sequence instead of
+  // writing its partial state.
   const int64_t stride = int64_t(v.num_kv_heads) * int64_t(Cfg::record_bytes);
-  const int cold_pages = int(s.cold / P), last_page = rec_end_i > 0 ? (rec_end_i - 1) / P : 0;
-  const int32_t* bt_row = v.block_table + int64_t(b) * v.max_pages_per_seq;
+  const int64_t page0 = base / P, cold_pages = s.cold / P;
+  const int32_t* bt_row = v.block_table + int64_t(b) * v.max_pages_per_seq + page0;
+  const int cold_rel = cold_pages - page0 < int64_t(4) * npages ? int(cold_pages - page0) : 4 * npages;  // may be < 0
   const uint8_t* const cold_h = v.cold + int64_t(h) * int64_t(Cfg::record_bytes);
   const uint8_t* const trans_h = transition + int64_t(h) * int64_t(Cfg::record_bytes);
-  auto unit_page = [&](int u) {
-    const int p = U >= TPP ? u * NPM + lane % NPM : u / MPP;
-    return p < last_page ? p : last_page;
+  unsigned long long lane_record = 0;  // record of page 32 * record_chunk + lane (clamped to the last)
+  int record_chunk = -1;
+  auto page_record = [&](int kp) -> const uint8_t* {
+    kp = kp < npages ? kp : npages - 1;
+    if (kp / 32 != record_chunk) {  // warp-uniform: once per 32 pages
+      record_chunk = kp / 32;
+      const int kl = 32 * record_chunk + lane, rel = 4 * (kl < npages ? kl : npages - 1);
+      const int32_t id = rel < cold_rel ? bt_row[rel] : 0;
+      const bool in_pool = page_in_pool(v, id);
+      const uint8_t* r = rel < cold_rel ? cold_h + int64_t(in_pool ? id : 0) * stride : trans_h + (rel + page0 - cold_pages) * stride;
+      lane_record = reinterpret_cast<unsigned long long>(r);
+      if (__any_sync(0xffffffffu, !in_pool) && lane == 0) bad_page = 1;
+    }
+    return reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, lane_record, kp % 32)) + 16 * lane;
   };
-  auto load_id = [&](int u) -> int32_t {
-    const int p = unit_page(u < n_units ? u : 0);
-    return u < n_units && p < cold_pages ? bt_row[p] : 0;
-  };
-  auto unit_records = [&](int u, int32_t id, const uint8_t* (&r)[NPM]) {
-    const int p = unit_page(u);
-    const bool in_pool = page_in_pool(v, id);
-    if (p < cold_pages && !in_pool) bad_page = 1;
-    const uint8_t* pr = p < cold_pages ? cold_h + int64_t(in_pool ? id : 0) * stride : trans_h + int64_t(p - cold_pages) * stride;
+  // Records of macro-iteration mm's pages.
+  auto macro_records = [&](int mm, const uint8_t* (&r)[NPM]) {
     KVQ_UNROLL
-    for (int q = 0; q < NPM; ++q)
-      r[q] = (NPM == 1 ? pr : reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(pr), q))) + 16 * lane;
+    for (int q = 0; q < NPM; ++q) r[q] = page_record(U >= TPP ? mm * NPM + q : mm / MPP);
   };
-  // Tile-in-page of tile t of unit u (a constant when U >= TPP).
-  auto tile_in_page = [&](int u, int t) { return U >= TPP ? t % TPP : (u % MPP) * U + t; };
+  // Tile-in-page of tile t of macro-iteration mm (a constant when U >= TPP).
+  auto tile_in_page = [&](int mm, int t) { return U >= TPP ? t % TPP : (mm % MPP) * U + t; };
   uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
   const uint32_t ring_lane = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + 16 * lane;
-  auto issue = [&](const uint8_t* const (&r)[NPM], int u, int t) {  // tile t of unit u
-    Tile::copy(ring_lane + t * Tile::bytes, r[U >= TPP ? t / TPP : 0], 16 * tile_in_page(u, t), lane, !unit_groups && t == 0);
+  auto issue = [&](const uint8_t* const (&r)[NPM], int mm, int t) {  // tile t of macro-iteration mm
+    Tile::copy(ring_lane + t * Tile::bytes, r[U >= TPP ? t / TPP : 0], 16 * tile_in_page(mm, t), lane);
     cp_async_commit();
   };
 
   // The ring's first tiles are in flight while the queries are staged (the ring does not overlap
-  // the query area). A CTA whose first units reach the pages turning cold waits for the
-  // transition grid first; the others wait before the loop (every path waits before exiting).
+  // the query area). A split that reaches the pages turning cold waits for the transition grid
+  // first; the others wait before the loop (every path waits before exiting).
   const uint8_t* rec_cur[NPM];
   const uint8_t* rec_next[NPM];
-  int u_cur = fetch_unit(), u_nx = fetch_unit();
-  int32_t id_nx = load_id(u_nx);
-  if (int64_t(split * SR + kDecodeWarps) * UT > s.cold) wait_prior_grids();  // the transition records are written
-  if (u_cur < n_units) {  // else the warp has no units (no copies, no loop)
-    unit_records(u_cur, load_id(u_cur), rec_cur);
+  if (end > s.cold) wait_prior_grids();  // the transition records are written
+  if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
+    macro_records(0, rec_cur);
     KVQ_UNROLL
-    for (int t = 0; t < S - W; ++t) issue(rec_cur, u_cur, t);
+    for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
   }
 
   for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
@@ -451,16 +427,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
 
   // One step: W tiles starting at tile t of macro-iteration mm (their slots are t .. t + W - 1).
   using PT = std::conditional_t<VB, fp16, T>;
-  auto step = [&](int u, int t) {
+  auto step = [&](int mm, int t) {
     float sacc[W][NT][4];
     int rel0[W];
     KVQ_UNROLL
     for (int w = 0; w < W; ++w) {
       const uint8_t* tile = ring + (t + w) * Tile::bytes;
-      const int tip = tile_in_page(u, t + w);
-      rel0[w] = u * UT + 16 * (t + w);  // the tile's first token
+      const int tip = tile_in_page(mm, t + w);
+      rel0[w] = 4 * P * ((mm * U + t + w) / TPP) + 16 * tip;  // the tile's first token - base
       if constexpr (Tile::k_asym)
-        if ((!unit_groups && t + w == 0) || 16 * tip % Tile::KQ::group == 0) group_bias(tile);
+        if (16 * tip % Tile::KQ::group == 0) group_bias(tile);
       tile_logits(tile, sacc[w]);
     }
     // ---- online softmax over the step's 16 W tokens; P^T as the B operand of the value mma ----
@@ -470,9 +446,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     // given. The running max moves rarely after a split's first steps, so most steps skip the
     // shuffle chain (v7's most stalled instructions, bench/NOTES.md). The running sum l rounds
     // l * corr and + sum apart at the steps where the max moves.
-    // Tokens past rec_end (only in the records' last tile, and only where records_end is not a
+    // Tokens past rel_end (only in the warp's last tile, and only where records_end is not a
     // multiple of 16: R below q_len) are masked in a warp-uniform branch.
-    const bool ragged = rel0[W - 1] + 16 > rec_end_i;
+    const bool ragged = rel0[W - 1] + 16 > rel_end;
     uint32_t pb[W][NT][2];
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
@@ -494,7 +470,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
           for (int u = 0; u < 2; ++u)
-            if (rel0[w] + g + 8 * u >= rec_end_i) y[w][u][0] = y[w][u][1] = -INFINITY;
+            if (rel0[w] + g + 8 * u >= rel_end) y[w][u][0] = y[w][u][1] = -INFINITY;
       }
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
@@ -547,35 +523,25 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   };
 
   wait_prior_grids();  // (every path waits for the transition grid before exiting)
-  while (u_cur < n_units) {
-    // The next unit's records (its entries loaded a macro-iteration ago; past the last unit, the
-    // current ones), then the unit after it and its entries.
-    if (u_nx < n_units) {
-      unit_records(u_nx, id_nx, rec_next);
-    } else {
-      KVQ_UNROLL
-      for (int q = 0; q < NPM; ++q) rec_next[q] = rec_cur[q];
-    }
-    const int u_nn = fetch_unit();
-    const int32_t id_nn = load_id(u_nn);
+  for (int mm = 0; mm < nmacro; ++mm) {
+    macro_records(mm + 1, rec_next);
     KVQ_UNROLL
     for (int t = 0; t < U; t += W) {
       // Refill the slots the previous step read with the tiles S - W ahead.
       KVQ_UNROLL
       for (int w = 0; w < W; ++w) {
         if (t - W + w >= 0)
-          issue(rec_next, u_nx, t - W + w);
+          issue(rec_next, mm + 1, t - W + w);
         else
-          issue(rec_cur, u_cur, U + t - W + w);
+          issue(rec_cur, mm, U + t - W + w);
       }
       cp_async_wait<S - W>();
       __syncwarp();
-      if (u_cur * UT + 16 * t < rec_end_i) step(u_cur, t);
+      if (mm * U + t < ntiles) step(mm, t);
       __syncwarp();
     }
     KVQ_UNROLL
     for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
-    u_cur = u_nx, u_nx = u_nn, id_nx = id_nn;
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space

@@ -28,14 +28,12 @@ struct DecodeWorkspace {
   float* partial;       // [slots][total_q][num_q_heads][head_dim]
   float* stats;         // [slots][total_q][num_q_heads][2] (max, sum)
   int32_t* status;      // [batch] non-zero: sequence rejected
-  int32_t* unit_counters;  // [batch][plan.counters_per_seq] units claimed (records_kernel.cuh)
 };
 
 inline DecodeWorkspace carve(const DecodePlan& p, void* ws) {
   uint8_t* base = static_cast<uint8_t*>(ws);
   return DecodeWorkspace{base + p.transition_offset, reinterpret_cast<float*>(base + p.partial_offset),
-                         reinterpret_cast<float*>(base + p.stats_offset), reinterpret_cast<int32_t*>(base + p.status_offset),
-                         reinterpret_cast<int32_t*>(base + p.counters_offset)};
+                         reinterpret_cast<float*>(base + p.stats_offset), reinterpret_cast<int32_t*>(base + p.status_offset)};
 }
 
 // Tokens one tail slot covers (plan.tail_span chunks), and the tail slots sequence s fills: its
