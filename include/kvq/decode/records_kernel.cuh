@@ -133,6 +133,22 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
 
   const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
 
+  // The query rows' loads go first, so that their round trip overlaps the block-table read's and
+  // the first copies' (the queries are an input: no wait for the transition grid); they are
+  // stored to shared memory once the copies are issued. Warp w loads rows w, w + 4, ... of the
+  // CTA (one division by the group a row), lane l channels l, l + 32, ...; zeros past the
+  // sequence's rows.
+  constexpr int RPW = ROWS / kDecodeWarps, CPL = D / 32;
+  static_assert(ROWS % kDecodeWarps == 0 && D % 32 == 0, "whole rows per warp, whole channels per lane");
+  T qv[RPW][CPL];
+  KVQ_UNROLL
+  for (int j = 0; j < RPW; ++j) {
+    const int rg = row0 + warp + kDecodeWarps * j;
+    const T* qrow = a.q + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D;
+    KVQ_UNROLL
+    for (int e = 0; e < CPL; ++e) qv[j][e] = rg < rows ? qrow[lane + 32 * e] : T{};
+  }
+
   // ---- the warp's tiles ----
   // The warp's pages are pages 0, 4, 8, ... of the split counted from `base` (its first token);
   // tile n is tile n % TPP of the warp's page n / TPP. Offsets from base fit 32 bits (a split is
@@ -199,7 +215,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     cp_async_commit();
   };
 
-  // The ring's first tiles are in flight while the queries are staged (the ring does not overlap
+  // The ring's first tiles are in flight while the queries are stored (the ring does not overlap
   // the query area). A split that reaches the pages turning cold waits for the transition grid
   // first; the others wait before the loop (every path waits before exiting).
   const uint8_t* rec_cur[NPM];
@@ -211,10 +227,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
   }
 
-  for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D, rg = row0 + r;
-    qs[idx] = rg < rows ? a.q[(size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + c].to_float() : 0.0f;
-  }
+  KVQ_UNROLL
+  for (int j = 0; j < RPW; ++j)
+    KVQ_UNROLL
+    for (int e = 0; e < CPL; ++e) qs[(warp + kDecodeWarps * j) * D + lane + 32 * e] = qv[j][e].to_float();
   __syncthreads();
   const int active_nt = (rows - row0 + 7) / 8 < NT ? (rows - row0 + 7) / 8 : NT;
 
