@@ -133,6 +133,22 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
 
   const uint8_t* transition = ws.transition + record_offset(int64_t(b) * plan.transition_pages, 0, v.num_kv_heads, Cfg::record_bytes);
 
+  // The query rows' loads go first, so that their round trip overlaps the block-table read's and
+  // the first copies' (the queries are an input: no wait for the transition grid); they are
+  // stored to shared memory once the copies are issued. Warp w loads rows w, w + 4, ... of the
+  // CTA (one division by the group a row), lane l channels l, l + 32, ...; zeros past the
+  // sequence's rows.
+  constexpr int RPW = ROWS / kDecodeWarps, CPL = D / 32;
+  static_assert(ROWS % kDecodeWarps == 0 && D % 32 == 0, "whole rows per warp, whole channels per lane");
+  T qv[RPW][CPL];
+  KVQ_UNROLL
+  for (int j = 0; j < RPW; ++j) {
+    const int rg = row0 + warp + kDecodeWarps * j;
+    const T* qrow = a.q + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D;
+    KVQ_UNROLL
+    for (int e = 0; e < CPL; ++e) qv[j][e] = rg < rows ? qrow[lane + 32 * e] : T{};
+  }
+
   // ---- the warp's tiles ----
   // The warp's pages are pages 0, 4, 8, ... of the split counted from `base` (its first token);
   // tile n is tile n % TPP of the warp's page n / TPP. Offsets from base fit 32 bits (a split is
@@ -172,25 +188,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   const uint8_t* const trans_h = transition + int64_t(h) * int64_t(Cfg::record_bytes);
   unsigned long long lane_record = 0;  // record of page 32 * record_chunk + lane (clamped to the last)
   int record_chunk = -1;
-  auto chunk_rel = [&](int chunk) {  // lane's page of a chunk, relative to page0
-    const int kl = 32 * chunk + lane;
-    return 4 * (kl < npages ? kl : npages - 1);
-  };
-  auto chunk_id = [&](int chunk) -> int32_t {  // its block-table entry (cold pages)
-    const int rel = chunk_rel(chunk);
-    return rel < cold_rel ? bt_row[rel] : 0;
-  };
-  auto set_chunk = [&](int chunk, int32_t id) {  // lane_record of a chunk from its entries
-    record_chunk = chunk;
-    const int rel = chunk_rel(chunk);
-    const bool in_pool = page_in_pool(v, id);
-    const uint8_t* r = rel < cold_rel ? cold_h + int64_t(in_pool ? id : 0) * stride : trans_h + (rel + page0 - cold_pages) * stride;
-    lane_record = reinterpret_cast<unsigned long long>(r);
-    if (__any_sync(0xffffffffu, !in_pool) && lane == 0) bad_page = 1;
-  };
   auto page_record = [&](int kp) -> const uint8_t* {
     kp = kp < npages ? kp : npages - 1;
-    if (kp / 32 != record_chunk) set_chunk(kp / 32, chunk_id(kp / 32));  // warp-uniform: once per 32 pages
+    if (kp / 32 != record_chunk) {  // warp-uniform: once per 32 pages
+      record_chunk = kp / 32;
+      const int kl = 32 * record_chunk + lane, rel = 4 * (kl < npages ? kl : npages - 1);
+      const int32_t id = rel < cold_rel ? bt_row[rel] : 0;
+      const bool in_pool = page_in_pool(v, id);
+      const uint8_t* r = rel < cold_rel ? cold_h + int64_t(in_pool ? id : 0) * stride : trans_h + (rel + page0 - cold_pages) * stride;
+      lane_record = reinterpret_cast<unsigned long long>(r);
+      if (__any_sync(0xffffffffu, !in_pool) && lane == 0) bad_page = 1;
+    }
     return reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, lane_record, kp % 32)) + 16 * lane;
   };
   // Records of macro-iteration mm's pages.
@@ -207,23 +215,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     cp_async_commit();
   };
 
-  // The first chunk's block-table entries are loaded first (the first copies wait for them), then
-  // the query rows, whose round trip overlaps theirs and the first copies' (the queries are an
-  // input: no wait for the transition grid); the rows are stored to shared memory once the
-  // copies are issued. Warp w loads rows w, w + 4, ... of the CTA (one division by the group a
-  // row), lane l channels l, l + 32, ...; zeros past the sequence's rows.
-  const int32_t id0 = npages > 0 ? chunk_id(0) : 0;
-  constexpr int RPW = ROWS / kDecodeWarps, CPL = D / 32;
-  static_assert(ROWS % kDecodeWarps == 0 && D % 32 == 0, "whole rows per warp, whole channels per lane");
-  T qv[RPW][CPL];
-  KVQ_UNROLL
-  for (int j = 0; j < RPW; ++j) {
-    const int rg = row0 + warp + kDecodeWarps * j;
-    const T* qrow = a.q + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D;
-    KVQ_UNROLL
-    for (int e = 0; e < CPL; ++e) qv[j][e] = rg < rows ? qrow[lane + 32 * e] : T{};
-  }
-
   // The ring's first tiles are in flight while the queries are stored (the ring does not overlap
   // the query area). A split that reaches the pages turning cold waits for the transition grid
   // first; the others wait before the loop (every path waits before exiting).
@@ -231,7 +222,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   const uint8_t* rec_next[NPM];
   if (end > s.cold) wait_prior_grids();  // the transition records are written
   if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
-    set_chunk(0, id0);
     macro_records(0, rec_cur);
     KVQ_UNROLL
     for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
