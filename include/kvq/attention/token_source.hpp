@@ -64,6 +64,13 @@ KVQ_HD int64_t transition_pages_end(const SeqAttention& s, int page) {
   return by_len < by_target ? by_len : by_target;
 }
 
+// Row of q (and of the output) that query row rg of KV head h's GQA group reads: the kernels pack
+// a sequence's rows as rg = token * group + head in the group, the token counted from the
+// sequence's first new token q0; q is [total_q][num_q_heads][D].
+KVQ_HD size_t packed_query_row(int64_t q0, int rg, int group, int num_q_heads, int h) {
+  return size_t(q0 + rg / group) * num_q_heads + h * group + rg % group;
+}
+
 // End of the tokens served by records (cold pool + pages turning cold in this step).
 KVQ_HD int64_t records_end(const SeqAttention& s) {
   const int64_t r = s.cold > s.target ? s.cold : s.target;

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   KVQ_UNROLL
   for (int j = 0; j < RPW; ++j) {
     const int rg = row0 + warp + kDecodeWarps * j;
-    const T* qrow = a.q + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D;
+    const T* qrow = a.q + packed_query_row(s.q0, rg, group, a.num_q_heads, h) * D;
     KVQ_UNROLL
     for (int e = 0; e < CPL; ++e) qv[j][e] = rg < rows ? qrow[lane + 32 * e] : T{};
   }
@@ -610,7 +610,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     const int r = idx / D, c = idx % D, rg = row0 + r;
     if (rg >= rows) continue;
     combine_warps_and_store(red_o, red_m, red_l, ROWS, D, r, c, ws, plan, split,
-                            size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
+                            packed_query_row(s.q0, rg, group, a.num_q_heads, h));
   }
 }
 

@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, Cfg::head_dim <= 128 ? 4 : 
     for (int idx = threadIdx.x; idx < nr * D; idx += blockDim.x) {
       const int r = idx / D, c = idx % D, rg = row0 + r;
       combine_warps_and_store(&sh.red.acc[0][0][0], &sh.red.m[0][0], &sh.red.l[0][0], RT, D, r, c, ws, plan,
-                              plan.max_splits + slot, size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
+                              plan.max_splits + slot, packed_query_row(s.q0, rg, group, a.num_q_heads, h));
     }
   }
   if (plan.tail_ctas > 0) wait_prior_grids();  // the records grid is done: the merge may read its slots

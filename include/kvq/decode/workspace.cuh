@@ -101,7 +101,7 @@ __device__ inline void stage_query_rows(float (*qs)[D], const AttentionBatch<T>&
                                         int group, int row0, int rows) {
   for (int idx = threadIdx.x; idx < RT * D; idx += blockDim.x) {
     const int r = idx / D, c = idx % D, rg = row0 + r;
-    qs[r][c] = rg < rows ? a.q[(size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + c].to_float() : 0.0f;
+    qs[r][c] = rg < rows ? a.q[packed_query_row(s.q0, rg, group, a.num_q_heads, h) * D + c].to_float() : 0.0f;
   }
   __syncthreads();
 }
@@ -146,7 +146,7 @@ __device__ inline void combine_and_store_rows(WarpStates<RT, D>& red, const floa
   for (int idx = threadIdx.x; idx < nr * D; idx += blockDim.x) {
     const int r = idx / D, c = idx % D, rg = row0 + r;
     combine_warps_and_store(&red.acc[0][0][0], &red.m[0][0], &red.l[0][0], RT, D, r, c, ws, plan, slot,
-                            size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group);
+                            packed_query_row(s.q0, rg, group, a.num_q_heads, h));
   }
 }
 

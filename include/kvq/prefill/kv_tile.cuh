@@ -244,7 +244,7 @@ __device__ inline void stage_prefill_queries(uint8_t* qs, const AttentionBatch<T
     const int r = idx / CH, c = idx % CH, rg = row0 + r;
     uint8_t* dst = qs + size_t(panel_chunk(BM, r, c)) * 16;
     if (rg < rows)
-      cp_async16(dst, a.q + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D + 8 * c);
+      cp_async16(dst, a.q + packed_query_row(s.q0, rg, group, a.num_q_heads, h) * D + 8 * c);
     else
       *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
   }

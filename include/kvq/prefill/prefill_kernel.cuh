@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
       const int rg = wr0 + 16 * mw + g + 8 * hh;
       if (rg >= rows) continue;
       const float inv = 1.0f / lt;
-      uint32_t* dst = reinterpret_cast<uint32_t*>(out + (size_t(s.q0 + rg / group) * a.num_q_heads + h * group + rg % group) * D);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out + packed_query_row(s.q0, rg, group, a.num_q_heads, h) * D);
       KVQ_UNROLL
       for (int ot = 0; ot < OT; ++ot) dst[4 * ot + i] = pack2<T>(o[mw][ot][2 * hh] * inv, o[mw][ot][2 * hh + 1] * inv);
     }

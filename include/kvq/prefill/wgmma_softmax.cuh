@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kvq/attention/token_source.hpp"
 #include "kvq/numeric/mma.cuh"
 
 KVQ_NAMESPACE_BEGIN
@@ -126,7 +127,7 @@ KVQ_DEVICE void store_rows(const float (&o)[D / 2], const float (&l)[2], int rg0
     const int rg = rg0 + 8 * hh;
     if (rg >= rows) continue;
     const float inv = 1.0f / lt;
-    uint32_t* dst = reinterpret_cast<uint32_t*>(out + (size_t(q0 + rg / group) * num_q_heads + h * group + rg % group) * D);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(out + packed_query_row(q0, rg, group, num_q_heads, h) * D);
     KVQ_UNROLL
     for (int nb = 0; nb < D / 8; ++nb) dst[4 * nb + i] = pack2<T>(o[4 * nb + 2 * hh] * inv, o[4 * nb + 2 * hh + 1] * inv);
   }
