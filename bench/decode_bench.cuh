@@ -99,16 +99,23 @@ struct DecodeCase {
     }
   }
 
+  static void register_one(const std::string& name, int batch, int64_t ctx, int q_len) {
+    benchmark::RegisterBenchmark(("decode/" + name + "/batch:" + std::to_string(batch) + "/context:" + std::to_string(ctx) +
+                                  "/q_len:" + std::to_string(q_len))
+                                     .c_str(),
+                                 [=](benchmark::State& s) { run(s, batch, ctx, q_len); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+
   static void register_all(const std::string& name) {
     for (int q_len : {1, 4})
       for (int batch : {1, 8, 32, 64})
-        for (int64_t ctx : {4096, 32768, 131072})
-          benchmark::RegisterBenchmark(("decode/" + name + "/batch:" + std::to_string(batch) + "/context:" +
-                                        std::to_string(ctx) + "/q_len:" + std::to_string(q_len))
-                                           .c_str(),
-                                       [=](benchmark::State& s) { run(s, batch, ctx, q_len); })
-              ->UseManualTime()
-              ->Unit(benchmark::kMicrosecond);
+        for (int64_t ctx : {4096, 32768, 131072}) register_one(name, batch, ctx, q_len);
+    // Beyond the issue's grid: 16 new tokens (group 4 x 16 = 64 query rows a KV head, 4 row tiles
+    // of the records kernel, each reading the records).
+    for (int batch : {1, 8})
+      for (int64_t ctx : {32768, 131072}) register_one(name, batch, ctx, 16);
     benchmark::RegisterBenchmark(("dequantize/" + name + "/batch:8/context:32768").c_str(),
                                  [=](benchmark::State& s) { run(s, 8, 32768, 1, true); })
         ->UseManualTime()->Unit(benchmark::kMicrosecond);
