@@ -62,7 +62,7 @@ KVQ_HD bool new_pages_valid(const CacheView<T>& v, int b, const SeqAppend& s, in
   const int32_t* row = v.block_table + int64_t(b) * v.max_pages_per_seq;
   bool ok = true;
   for (int64_t p = s.cold_old / page + tid; p < s.cold_new / page; p += nthreads)
-    ok = ok && row[p] >= 0 && row[p] < v.num_pages;
+    ok = ok && page_in_pool(v, row[p]);
   return ok;
 }
 

@@ -90,8 +90,7 @@ __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
   bool ok = s.status == Status::kSuccess;
   const int64_t pool_pages = ok ? (s.cold < s.len ? s.cold : s.len) / P : 0;
   for (int64_t p = threadIdx.x; ok && p < pool_pages; p += blockDim.x) {
-    const int32_t id = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
-    ok = id >= 0 && id < v.num_pages;
+    ok = page_in_pool(v, v.block_table[int64_t(b) * v.max_pages_per_seq + p]);
   }
   if (!__syncthreads_and(ok)) {
     if (threadIdx.x == 0 && blockIdx.x == 0 && h == 0) atomicOr(flags, uint32_t(kFlagBadSequence));
