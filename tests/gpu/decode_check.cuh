@@ -401,6 +401,27 @@ void check_decode_long(uint64_t seed, int group, int max_q) {
                                "long context step " + std::to_string(step));
 }
 
+// Over 1M tokens: one sequence of 2^20 + 777 tokens in a batch with an empty prefix and a short
+// one (the issue's "batches mixing lengths from 0 to over 1M tokens"); q_len up to 16 with a GQA
+// group of 2 (up to 32 rows: two row tiles), before and after the append, then rollback.
+template <class Cfg>
+void check_decode_million(uint64_t seed) {
+  constexpr int P = Cfg::page, D = Cfg::head_dim;
+  std::mt19937_64 rng(seed);
+  const int heads = 1, group = 2, residual = 2 * P, batch = 3;
+  const int32_t long_len = (1 << 20) + 777;
+  const int max_pages = long_len / P + 8;
+  const int64_t pool_pages = max_pages + 3000 / P + 16;  // the long sequence's pages and the short one's
+  kvq::reference::HostCache<Cfg> host(heads, pool_pages, batch, residual, max_pages, batch);
+  for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = (b + 2) % batch;
+  KvGenerator gen(heads, D, seed);
+  DeviceMirror<Cfg> dev;
+  dev.upload(host);
+  REQUIRE(step_both(host, dev, {0, long_len, 3000}, gen, false, "1M prompt"));
+  decode_step_and_check<Cfg>(host, dev, gen, {16, 16, 1}, group, 16, 0.0f, rng, "1M context step 0");
+  decode_step_and_check<Cfg>(host, dev, gen, {1, 1 + int32_t(rng() % 16), 5}, group, 16, 0.0f, rng, "1M context step 1");
+}
+
 // Many slots per query row: one sequence of 300,000 tokens, one KV head, planned as if for a
 // 300-multiprocessor GPU so that the split count (1,172 splits of kDecodeSplitMinPages pages at
 // page 64) takes the merge kernel many passes (kMergeBatch slots a thread), whatever GPU runs it.

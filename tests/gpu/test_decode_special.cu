@@ -1,6 +1,7 @@
 // Decode attention cases the random tests do not reach: arguments rejected on the host, sequences
 // rejected on the device (only they are skipped), CUDA-graph capture replayed with different
-// lengths within the plan, and a query row whose slots need several passes of the merge kernel.
+// lengths within the plan, a query row whose slots need several passes of the merge kernel, and a
+// batch mixing an empty prefix with one of over 1M tokens.
 #include "decode_check.cuh"
 
 #include <algorithm>
@@ -216,5 +217,8 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("decode: a query row whose slots take the merge three passes (over 1,100 splits)") {
     kvq_test::check_decode_many_slots<Cfg>(81);
+  }
+  TEST_CASE("decode: a batch of an empty prefix, 1,049,353 tokens and 3,000 tokens, q_len up to 16") {
+    kvq_test::check_decode_million<Cfg>(83);
   }
 }
