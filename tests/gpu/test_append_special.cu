@@ -1,5 +1,6 @@
 // Append kernel cases the random schedules may miss: the ring hazard, arguments rejected on the
-// host (nothing written), sequences rejected on the device (only they are left untouched), and
+// host (nothing written), sequences rejected on the device (only they are left untouched; also
+// those a malformed cu_new puts outside the batch's rows), and
 // CUDA-graph capture with replays at different lengths.
 #include "append_check.cuh"
 
@@ -156,6 +157,18 @@ TEST_SUITE("gpu") {
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
     dev.expect_equal(host, "above max_new_tokens");
     CHECK((d_flags2.download()[0] & kvq::kFlagBadSequence) != 0u);
+
+    // A cu_new that puts a sequence's rows past cu_new[batch] (sequence 1: rows 0 .. 4 of 3; a
+    // decreasing step, so sequence 2 has -2 rows) rejects both; nothing is written.
+    kvq_test::DeviceBuffer<uint32_t> d_flags3(std::vector<uint32_t>{0u});
+    dev.upload(host);
+    const std::vector<int32_t> cu_past{0, 0, 5, 3};
+    kvq_test::DeviceBuffer<int32_t> d_cu_past(cu_past);
+    da.cu_new = d_cu_past.get();
+    REQUIRE(kvq::append<Cfg>(dev.view(host), da, 8, d_flags3.get(), nullptr) == kvq::Status::kSuccess);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    dev.expect_equal(host, "rows past cu_new[batch]");
+    CHECK((d_flags3.download()[0] & kvq::kFlagBadSequence) != 0u);
   }
 
   TEST_CASE("append: captured once in a CUDA graph, replayed with different lengths") {

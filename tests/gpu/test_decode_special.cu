@@ -131,6 +131,50 @@ TEST_SUITE("gpu") {
     CHECK_MESSAGE(written == 0, written << " outputs of rejected sequences were written");
   }
 
+  TEST_CASE("decode: a sequence whose cu_q rows lie outside the batch's is rejected, the others are computed") {
+    Fixture f(3, {700, 300, 500}, 67);
+    Inputs in(f.host, f.gen, {1, 2, 1});  // rows [0, 1), [1, 3), [3, 4)
+    for (int b = 0; b < 3; ++b) REQUIRE(f.host.reserve(b, in.cu[size_t(b) + 1] - in.cu[size_t(b)]));
+    std::vector<float> ref(in.q.size());
+    REQUIRE(kvq::reference::attention<Cfg>(f.host.view(), in.a, ref.data()) == kvq::Status::kSuccess);
+    f.dev.upload_tables(f.host);
+    const kvq::DecodePlan plan = make_plan(3, 800, 2, in.cu.back());
+    const size_t row = size_t(kHeads * kGroup) * 128;
+    struct Case {
+      std::vector<int32_t> cu;
+      std::vector<bool> computed;  // per output row: its sequence is served
+      const char* what;
+    };
+    const Case cases[] = {
+        {{-1, 1, 3, 4}, {false, true, true, true}, "sequence 0 starts before row 0"},
+        {{0, 1, 3, 2}, {true, false, false, false}, "sequence 1 ends past cu_q[batch] (sequence 2: -1 rows)"},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.what);
+      kvq_test::DeviceAttention<T> d(in.a, c.cu, in.q, in.k, in.v, f.dev.cold_len.get());
+      kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
+      kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+      KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
+      REQUIRE(kvq::decode<Cfg>(f.dev.view(f.host), d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get(), nullptr) ==
+              kvq::Status::kSuccess);
+      KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+      CHECK((flags.download()[0] & kvq::kFlagBadSequence) != 0u);
+      const std::vector<T> got = d.out.download();
+      for (size_t r = 0; r < c.computed.size(); ++r) {
+        const std::vector<T> got_r(got.begin() + std::ptrdiff_t(r * row), got.begin() + std::ptrdiff_t((r + 1) * row));
+        if (c.computed[r]) {
+          const std::vector<float> ref_r(ref.begin() + std::ptrdiff_t(r * row), ref.begin() + std::ptrdiff_t((r + 1) * row));
+          const kvq_test::OutputError e = kvq_test::output_error(got_r, ref_r);
+          CHECK_MESSAGE(e.rel_l2 < kvq_test::kRelL2Bound, "row " << r << ": rel L2 " << e.rel_l2);
+        } else {
+          size_t written = 0;
+          for (const T& x : got_r) written += x.bits != 0xffffu;
+          CHECK_MESSAGE(written == 0, "row " << r << " of a rejected sequence: " << written << " outputs written");
+        }
+      }
+    }
+  }
+
   TEST_CASE("decode: its launches are chained as dependent launches where device and code allow it") {
     // The kernels' waits (griddepcontrol) exist only in code compiled for 9.0+: the chained
     // launches and the tail beside the records kernel must be on exactly when the device is 9.0+

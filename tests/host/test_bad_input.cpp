@@ -1,5 +1,6 @@
 // Every host entry point (reference::append, reference::attention, reference::dequantize_sequence)
 // returns the right Status for bad arguments, and writes NOTHING when it rejects them.
+#include <climits>
 #include <functional>
 
 #include "test_util.hpp"
@@ -109,7 +110,21 @@ TEST_CASE("bad input: append with null pointers, bad shapes, residual or cu_new"
     expect_append([](AppendArgs& a) { a.view.residual = 32; }, Status::kConfigMismatch, "residual not a multiple of P");
     expect_append([](AppendArgs& a) { a.view.residual = -64; }, Status::kConfigMismatch, "residual < 0");
     expect_append([](AppendArgs& a) { a.cu[0] = 1; }, Status::kInvalidShape, "cu_new[0] != 0");
-    expect_append([](AppendArgs& a) { a.cu[2] = 60; }, Status::kInvalidLength, "negative new tokens");
+    expect_append([](AppendArgs& a) { a.cu[1] = -5; }, Status::kInvalidLength, "negative new tokens");
+    // Rows outside the batch's cu_new[batch] rows: sequence 0 (checked first) fails on them.
+    expect_append([](AppendArgs& a) { a.cu[2] = 60; }, Status::kInvalidShape, "rows past cu_new[batch] (a decreasing cu_new)");
+    expect_append([](AppendArgs& a) { a.cu[1] = 171; }, Status::kInvalidShape, "rows past cu_new[batch]");
+  }
+  SUBCASE("a sequence whose rows start before row 0 is rejected by itself, the one after a negative count too") {
+    Fixture f;
+    AppendArgs a = valid_append(f);
+    a.cu = {0, -5, 170};  // sequence 0: -5 rows (a length error); sequence 1: rows -5 .. 169
+    a.batch.cu_new = a.cu.data();
+    CHECK(kvq::plan_sequence(a.view, a.batch, 0, Cfg::page).status == Status::kInvalidLength);
+    CHECK(kvq::plan_sequence(a.view, a.batch, 1, Cfg::page).status == Status::kInvalidShape);
+    a.cu = {0, 70, 170};
+    CHECK(kvq::plan_sequence(a.view, a.batch, 0, Cfg::page).status == Status::kSuccess);
+    CHECK(kvq::plan_sequence(a.view, a.batch, 1, Cfg::page).status == Status::kSuccess);
   }
 }
 
@@ -227,12 +242,30 @@ TEST_CASE("bad input: attention with bad lengths, pages or slots") {
   expect_attention([](AttnArgs& a) { a.call.cold[0] = 32; }, Status::kInvalidLength, "C not page-aligned");
   expect_attention([](AttnArgs& a) { a.call.cold[1] = 256; }, Status::kInvalidLength, "C > len + q_len");
   expect_attention([](AttnArgs& a) { a.call.len[0] = 192; }, Status::kInvalidLength, "hot span too long");
-  expect_attention([](AttnArgs& a) { a.call.cu_q[2] = 2; }, Status::kInvalidLength, "negative q_len");
+  expect_attention([](AttnArgs& a) { a.call.cu_q[1] = -1; }, Status::kInvalidLength, "negative q_len");
+  // Rows outside the batch's cu_q[batch] rows (sequence 0 is checked first).
+  expect_attention([](AttnArgs& a) { a.call.cu_q[2] = 2; }, Status::kInvalidShape, "rows past cu_q[batch] (a decreasing cu_q)");
+  expect_attention([](AttnArgs& a) { a.call.cu_q[1] = 104; }, Status::kInvalidShape, "rows past cu_q[batch]");
+  expect_attention([](AttnArgs& a) { a.call.cu_q[0] = -1; }, Status::kInvalidShape, "rows before row 0");
   expect_attention([](AttnArgs& a) { a.view.max_pages_per_seq = 0; }, Status::kBlockTableOverflow, "table overflow");
   expect_attention([](AttnArgs& a) { a.table[0] = int32_t(a.view.num_pages); }, Status::kInvalidPageId, "page == num_pages");
   expect_attention([](AttnArgs& a) { a.table[0] = -1; }, Status::kInvalidPageId, "page < 0");
   expect_attention([](AttnArgs& a) { a.slots[1] = kSlots; }, Status::kInvalidHotSlot, "slot == num_slots");
   expect_attention([](AttnArgs& a) { a.slots[0] = -2; }, Status::kInvalidHotSlot, "slot < 0");
+}
+
+TEST_CASE("bad input: attention rejects exactly the sequences whose rows lie outside the batch's") {
+  Fixture f;
+  AttnArgs a = valid_attention(f);
+  a.call.cu_q = {0, -1, 103};  // sequence 0: -1 rows (a length error); sequence 1: rows -1 .. 102
+  CHECK(kvq::resolve_attention(a.view, a.batch, 0, Cfg::page).status == Status::kInvalidLength);
+  CHECK(kvq::resolve_attention(a.view, a.batch, 1, Cfg::page).status == Status::kInvalidShape);
+  a.call.cu_q = {0, 3, 103};
+  CHECK(kvq::resolve_attention(a.view, a.batch, 0, Cfg::page).status == Status::kSuccess);
+  CHECK(kvq::resolve_attention(a.view, a.batch, 1, Cfg::page).status == Status::kSuccess);
+  // A row count beyond int32 (cu_q[0] very negative) is a length error, not an overflow.
+  a.call.cu_q = {INT32_MIN, 3, 103};
+  CHECK(kvq::resolve_attention(a.view, a.batch, 0, Cfg::page).status == Status::kInvalidLength);
 }
 
 // ---- dequantize_sequence -------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <kvq/decode/plan.hpp>
 
 #include <algorithm>
+#include <climits>
 
 namespace {
 
@@ -96,6 +97,22 @@ TEST_CASE("decode plan: bad shapes are rejected") {
   s = shape(2, 100);
   s.num_sms = 0;
   CHECK(kvq::plan_decode(s, 128, 64, 6144, &p) == kvq::Status::kInvalidShape);
+}
+
+TEST_CASE("decode plan: the longest sequence a plan serves is the last whole page below 2^31 tokens") {
+  // One sequence filling the GPU alone (batch 64 x 8 KV heads: one split) of max_tokens: the split is
+  // max_tokens rounded up to pages, which must stay an int32 (the kernels count a split's tokens in int).
+  for (int page : {16, 32, 64, 128}) {
+    kvq::DecodePlan p;
+    const int64_t last = int64_t(INT32_MAX) / page * page;
+    REQUIRE(kvq::plan_decode(shape(64, last), 128, page, 6144, &p) == kvq::Status::kSuccess);
+    CHECK(p.split_tokens > 0);
+    CHECK(int64_t(p.max_splits) * p.split_tokens >= last);
+    CHECK(kvq::plan_decode(shape(64, last + 1), 128, page, 6144, &p) == kvq::Status::kInvalidShape);
+    CHECK(kvq::plan_decode(shape(64, INT32_MAX), 128, page, 6144, &p) == kvq::Status::kInvalidShape);
+  }
+  kvq::DecodePlan p;
+  CHECK(kvq::plan_decode(shape(1, int64_t(INT32_MAX) + 1), 128, 64, 6144, &p) == kvq::Status::kInvalidShape);
 }
 
 TEST_CASE("decode plan: the tail runs beside the records kernel only in the room its wave leaves, with a short share") {

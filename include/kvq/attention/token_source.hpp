@@ -8,12 +8,14 @@
 //   len <= t                         the new tokens' fresh K/V
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "kvq/attention/batch.hpp"
 #include "kvq/cache/append_plan.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
+#include "kvq/core/batch_rows.hpp"
 #include "kvq/quant/element_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
@@ -35,9 +37,11 @@ KVQ_HD SeqAttention resolve_attention(const CacheView<T>& v, const AttentionBatc
   s.len = a.lengths.len[b];
   s.cold = a.lengths.cold[b];
   s.q0 = a.cu_q[b];
-  s.q_len = int32_t(a.cu_q[b + 1] - a.cu_q[b]);
+  const int64_t q_len = batch_rows(a.cu_q, b);
+  s.q_len = q_len <= INT32_MAX ? int32_t(q_len) : -1;  // beyond int32 only from a negative cu_q[b]: a length error
   s.slot = v.hot_slot[b];
   s.status = check_attention_lengths(s.len, s.cold, s.q_len, v.residual, page, v.max_pages_per_seq);
+  if (s.status == Status::kSuccess && !batch_rows_inside(a.cu_q, b, a.batch)) s.status = Status::kInvalidShape;
   if (s.status == Status::kSuccess && (s.slot < 0 || s.slot >= v.num_slots)) s.status = Status::kInvalidHotSlot;
   if (s.status == Status::kSuccess) s.target = cold_after(s.len + s.q_len, s.cold, v.residual, page);
   return s;

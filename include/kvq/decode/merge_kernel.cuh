@@ -42,7 +42,9 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
   s.len = a.lengths.len[b];
   s.cold = a.lengths.cold[b];
   s.q0 = a.cu_q[b];
-  s.q_len = int32_t(a.cu_q[b + 1] - s.q0);
+  const int64_t q_len = batch_rows(a.cu_q, b);
+  const bool rows_ok = q_len >= 0 && batch_rows_inside(a.cu_q, b, a.batch);
+  s.q_len = rows_ok ? int32_t(q_len) : 0;  // rows outside the batch's: a rejected sequence, nothing to merge
   wait_prior_grids();  // launched as the dependent of the kernel before it (decode_impl.cuh): its slots are written
   if (i >= s.q_len) return;
   // A rejected sequence's slots are not written: loaded (inside the workspace) with the status word
@@ -55,7 +57,7 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
   // Lengths the plan cannot serve belong to a rejected sequence: no slot is read (nor any load made
   // outside the workspace).
   const bool in_plan = splits64 >= 0 && splits64 <= plan.max_splits && tails64 >= 0 && tails64 <= plan.tail_slots &&
-                       s.q0 >= 0 && s.q0 + i < plan.shape.total_q;
+                       s.q0 + i < plan.shape.total_q;
   const int splits = in_plan ? int(splits64) : 0;
   const int slots = in_plan ? int(splits64 + tails64) : 0;
   const size_t row = size_t(s.q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;

@@ -148,6 +148,8 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
       s.total_q > int64_t(s.batch) * s.max_q_len || s.max_tokens > INT32_MAX)
     return Status::kInvalidShape;
   if (s.residual < 0 || page <= 0 || s.residual % page != 0) return Status::kConfigMismatch;
+  // A split is whole pages of at most 2^31 - 1 tokens (the kernels count a split's tokens in int).
+  if ((s.max_tokens + page - 1) / page * page > INT32_MAX) return Status::kInvalidShape;
   DecodePlan p{};
   p.shape = s;
   p.head_dim = head_dim;

@@ -35,8 +35,9 @@ Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_c
                     PrefillKernel kernel = PrefillKernel::kAuto, int tile_tokens = 0);
 
 // cache, batch, workspace, out, flags: device memory. out: [cu_q[batch]][num_q_heads][head_dim]
-// of the model dtype. A sequence whose lengths, slot or pages are invalid on the device (or which
-// exceeds the plan) is skipped: its outputs are not written and kFlagBadSequence is set.
+// of the model dtype. A sequence whose lengths, slot or pages are invalid on the device, whose
+// rows [cu_q[b], cu_q[b+1]) lie outside [0, cu_q[batch]) (core/batch_rows.hpp), or which exceeds
+// the plan is skipped: its outputs are not written and kFlagBadSequence is set.
 template <class Cfg>
 Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
                const PrefillPlan& plan, void* workspace, size_t workspace_bytes, typename Cfg::dtype* out,

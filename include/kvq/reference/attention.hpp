@@ -66,7 +66,7 @@ Status attention(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<t
   std::vector<float> k, val, logits;
   for (int b = 0; b < a.batch; ++b) {
     const int64_t len = a.lengths.len[b];
-    const int64_t q0 = a.cu_q[b], q_len = a.cu_q[b + 1] - q0;
+    const int64_t q0 = a.cu_q[b], q_len = batch_rows(a.cu_q, b);
     for (int h = 0; h < v.num_kv_heads; ++h) {
       attention_operands<Cfg>(v, a, b, h, k, val);
       for (int g = 0; g < group; ++g) {
