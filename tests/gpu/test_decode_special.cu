@@ -40,6 +40,22 @@ struct Inputs {
   }
 };
 
+// Runs decode on d's inputs into poisoned output (0xff bytes): the output and the flags word.
+std::pair<std::vector<T>, uint32_t> decode_into_poison(kvq_test::DeviceAttention<T>& d, const kvq::CacheView<T>& view,
+                                                       const kvq::DecodePlan& plan) {
+  kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
+  kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
+  REQUIRE(kvq::decode<Cfg>(view, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get(), nullptr) == kvq::Status::kSuccess);
+  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+  return {d.out.download(), flags.download()[0]};
+}
+
+// Outputs in [first, last) that are not the poison: written by the kernel.
+size_t written(std::vector<T>::const_iterator first, std::vector<T>::const_iterator last) {
+  return size_t(std::count_if(first, last, [](const T& x) { return x.bits != 0xffffu; }));
+}
+
 kvq::DecodePlan make_plan(int batch, int64_t max_tokens, int max_q, int64_t total_q) {
   kvq::DecodePlan plan;
   REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, kHeads * kGroup, kHeads, kR, max_tokens, max_q, total_q,
@@ -113,22 +129,15 @@ TEST_SUITE("gpu") {
     kvq_test::DeviceAttention<T> d(in.a, in.cu, in.q, in.k, in.v, d_colds.get());
     d.prefix.upload(lens);
     const kvq::DecodePlan plan = make_plan(4, 81 * 64 + 16, 2, in.cu.back());
-    kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
-    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-    KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
-    REQUIRE(kvq::decode<Cfg>(f.dev.view(f.host), d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get(), nullptr) ==
-            kvq::Status::kSuccess);
-    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-    CHECK((flags.download()[0] & kvq::kFlagBadSequence) != 0u);
-    const std::vector<T> got = d.out.download();
+    const auto [got, flags] = decode_into_poison(d, f.dev.view(f.host), plan);
+    CHECK((flags & kvq::kFlagBadSequence) != 0u);
     const size_t row = size_t(kHeads * kGroup) * 128;
     std::vector<T> ok(got.begin(), got.begin() + 2 * row);
     std::vector<float> ok_ref(ref.begin(), ref.begin() + 2 * row);
     const kvq_test::OutputError e = kvq_test::output_error(ok, ok_ref);
     CHECK_MESSAGE(e.rel_l2 < kvq_test::kRelL2Bound, "valid sequence 0: rel L2 " << e.rel_l2);
-    size_t written = 0;
-    for (size_t x = 2 * row; x < got.size(); ++x) written += got[x].bits != 0xffffu;
-    CHECK_MESSAGE(written == 0, written << " outputs of rejected sequences were written");
+    const size_t w = written(got.begin() + std::ptrdiff_t(2 * row), got.end());
+    CHECK_MESSAGE(w == 0, w << " outputs of rejected sequences were written");
   }
 
   TEST_CASE("decode: a sequence whose cu_q rows lie outside the batch's is rejected, the others are computed") {
@@ -152,24 +161,17 @@ TEST_SUITE("gpu") {
     for (const Case& c : cases) {
       CAPTURE(c.what);
       kvq_test::DeviceAttention<T> d(in.a, c.cu, in.q, in.k, in.v, f.dev.cold_len.get());
-      kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
-      kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-      KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
-      REQUIRE(kvq::decode<Cfg>(f.dev.view(f.host), d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get(), nullptr) ==
-              kvq::Status::kSuccess);
-      KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-      CHECK((flags.download()[0] & kvq::kFlagBadSequence) != 0u);
-      const std::vector<T> got = d.out.download();
+      const auto [got, flags] = decode_into_poison(d, f.dev.view(f.host), plan);
+      CHECK((flags & kvq::kFlagBadSequence) != 0u);
       for (size_t r = 0; r < c.computed.size(); ++r) {
-        const std::vector<T> got_r(got.begin() + std::ptrdiff_t(r * row), got.begin() + std::ptrdiff_t((r + 1) * row));
+        const auto first = got.begin() + std::ptrdiff_t(r * row), last = first + std::ptrdiff_t(row);
         if (c.computed[r]) {
           const std::vector<float> ref_r(ref.begin() + std::ptrdiff_t(r * row), ref.begin() + std::ptrdiff_t((r + 1) * row));
-          const kvq_test::OutputError e = kvq_test::output_error(got_r, ref_r);
+          const kvq_test::OutputError e = kvq_test::output_error(std::vector<T>(first, last), ref_r);
           CHECK_MESSAGE(e.rel_l2 < kvq_test::kRelL2Bound, "row " << r << ": rel L2 " << e.rel_l2);
         } else {
-          size_t written = 0;
-          for (const T& x : got_r) written += x.bits != 0xffffu;
-          CHECK_MESSAGE(written == 0, "row " << r << " of a rejected sequence: " << written << " outputs written");
+          const size_t w = written(first, last);
+          CHECK_MESSAGE(w == 0, "row " << r << " of a rejected sequence: " << w << " outputs written");
         }
       }
     }
