@@ -25,8 +25,8 @@ KVQ_NAMESPACE_BEGIN
 // cache, batch: device pointers. max_new_tokens: host-side bound on any sequence's new tokens
 // (sizes the grid; a sequence above it is rejected on the device). flags: device word the kernel
 // ORs kFlag* bits into (kFlagBadSequence: a sequence whose lengths, slot or page ids were invalid,
-// or whose rows [cu_new[b], cu_new[b+1]) lie outside [0, cu_new[batch]), was left untouched). Returns a Status for arguments the host can check, kCudaError if the
-// launch failed.
+// or whose rows [cu_new[b], cu_new[b+1]) lie outside [0, cu_new[batch]), was left untouched).
+// Returns a Status for arguments the host can check, kCudaError if the launch failed.
 template <class Cfg>
 Status append(const CacheView<typename Cfg::dtype>& cache, const AppendBatch<typename Cfg::dtype>& batch,
               int max_new_tokens, uint32_t* flags, cudaStream_t stream);
