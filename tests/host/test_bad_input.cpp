@@ -258,14 +258,22 @@ TEST_CASE("bad input: attention rejects exactly the sequences whose rows lie out
   Fixture f;
   AttnArgs a = valid_attention(f);
   a.call.cu_q = {0, -1, 103};  // sequence 0: -1 rows (a length error); sequence 1: rows -1 .. 102
+  a.batch.cu_q = a.call.cu_q.data();
   CHECK(kvq::resolve_attention(a.view, a.batch, 0, Cfg::page).status == Status::kInvalidLength);
   CHECK(kvq::resolve_attention(a.view, a.batch, 1, Cfg::page).status == Status::kInvalidShape);
   a.call.cu_q = {0, 3, 103};
+  a.batch.cu_q = a.call.cu_q.data();
   CHECK(kvq::resolve_attention(a.view, a.batch, 0, Cfg::page).status == Status::kSuccess);
   CHECK(kvq::resolve_attention(a.view, a.batch, 1, Cfg::page).status == Status::kSuccess);
-  // A row count beyond int32 (cu_q[0] very negative) is a length error, not an overflow.
+  // A row count outside int32, either way, is a length error, not a wrapped count.
   a.call.cu_q = {INT32_MIN, 3, 103};
+  a.batch.cu_q = a.call.cu_q.data();
   CHECK(kvq::resolve_attention(a.view, a.batch, 0, Cfg::page).status == Status::kInvalidLength);
+  a.call.cu_q = {0, INT32_MAX, INT32_MIN};  // sequence 1: -(2^32 - 1) rows, +1 if narrowed to int32
+  a.batch.cu_q = a.call.cu_q.data();
+  CHECK(kvq::resolve_attention(a.view, a.batch, 1, Cfg::page).status == Status::kInvalidLength);
+  CHECK(kvq::batch_rows(a.batch.cu_q, 1) == int64_t(INT32_MIN) - INT32_MAX);
+  CHECK_FALSE(kvq::batch_rows_inside(a.batch.cu_q, 1, 2));
 }
 
 // ---- dequantize_sequence -------------------------------------------------------------------------

@@ -100,8 +100,8 @@ TEST_CASE("decode plan: bad shapes are rejected") {
 }
 
 TEST_CASE("decode plan: the longest sequence a plan serves is the last whole page below 2^31 tokens") {
-  // One sequence filling the GPU alone (batch 64 x 8 KV heads: one split) of max_tokens: the split is
-  // max_tokens rounded up to pages, which must stay an int32 (the kernels count a split's tokens in int).
+  // 64 sequences x 8 KV heads fill the GPU without splitting, so the one split is max_tokens rounded
+  // up to pages, which must stay an int32 (the kernels count a split's tokens in int).
   for (int page : {16, 32, 64, 128}) {
     kvq::DecodePlan p;
     const int64_t last = int64_t(INT32_MAX) / page * page;

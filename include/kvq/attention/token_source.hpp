@@ -38,7 +38,7 @@ KVQ_HD SeqAttention resolve_attention(const CacheView<T>& v, const AttentionBatc
   s.cold = a.lengths.cold[b];
   s.q0 = a.cu_q[b];
   const int64_t q_len = batch_rows(a.cu_q, b);
-  s.q_len = q_len <= INT32_MAX ? int32_t(q_len) : -1;  // beyond int32 only from a negative cu_q[b]: a length error
+  s.q_len = q_len >= 0 && q_len <= INT32_MAX ? int32_t(q_len) : -1;  // a count outside int32 (malformed cu_q): a length error
   s.slot = v.hot_slot[b];
   s.status = check_attention_lengths(s.len, s.cold, s.q_len, v.residual, page, v.max_pages_per_seq);
   if (s.status == Status::kSuccess && !batch_rows_inside(a.cu_q, b, a.batch)) s.status = Status::kInvalidShape;

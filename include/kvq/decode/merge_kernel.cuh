@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
   s.cold = a.lengths.cold[b];
   s.q0 = a.cu_q[b];
   const int64_t q_len = batch_rows(a.cu_q, b);
-  const bool rows_ok = q_len >= 0 && batch_rows_inside(a.cu_q, b, a.batch);
+  const bool rows_ok = batch_rows_inside(a.cu_q, b, a.batch);
   s.q_len = rows_ok ? int32_t(q_len) : 0;  // rows outside the batch's: a rejected sequence, nothing to merge
   wait_prior_grids();  // launched as the dependent of the kernel before it (decode_impl.cuh): its slots are written
   if (i >= s.q_len) return;
