@@ -60,6 +60,23 @@ void check_dequantize(uint64_t seed) {
           kvq::Status::kSuccess);
   KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   CHECK(((d_flags2.download()[0] & kvq::kFlagBadSequence) != 0u) == (host.len[1] > 0));
+  // A sequence whose rows start before row 0 (cu_out[0] = -1: sequence 0 gets one row more) is
+  // skipped and reported; the others are written where they were.
+  std::vector<int32_t> neg_cu = cu;
+  neg_cu[0] = -1;
+  kvq_test::DeviceBuffer<int32_t> d_neg(neg_cu);
+  kvq_test::DeviceBuffer<uint32_t> d_flags3(std::vector<uint32_t>{0u});
+  KVQ_CUDA_CHECK(cudaMemset(d_k.get(), 0xff, d_k.size() * sizeof(T)));
+  KVQ_CUDA_CHECK(cudaMemset(d_v.get(), 0xff, d_v.size() * sizeof(T)));
+  REQUIRE(kvq::dequantize<Cfg>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch, d_neg.get(),
+                               max_len, d_k.get(), d_v.get(), d_flags3.get(), nullptr) == kvq::Status::kSuccess);
+  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK((d_flags3.download()[0] & kvq::kFlagBadSequence) != 0u);
+  const std::vector<T> nk = d_k.download();
+  const size_t seq0 = size_t(cu[1]) * heads * D;
+  CHECK(std::all_of(nk.begin(), nk.begin() + long(seq0), [](T x) { return x.bits == 0xffffu; }));
+  CHECK(kvq_test::first_difference(std::vector<T>(nk.begin() + long(seq0), nk.begin() + long(n)),
+                                   std::vector<T>(gk.begin() + long(seq0), gk.begin() + long(n))) == -1);
   // Arguments rejected on the host: outputs not 16-byte aligned, null pointers, negative bounds.
   const kvq::SeqLengths lens{dev.len.get(), dev.cold_len.get()};
   CHECK(kvq::dequantize<Cfg>(dev.view(host), lens, batch, d_cu.get(), max_len, d_k.get() + 1, d_v.get(), d_flags.get(),

@@ -104,11 +104,13 @@ TEST_CASE("bad input: append with null pointers, bad shapes, residual or cu_new"
   SUBCASE("append with bad shapes, residual and cu_new") {
     expect_append([](AppendArgs& a) { a.batch.batch = -1; }, Status::kInvalidShape, "batch < 0");
     expect_append([](AppendArgs& a) { a.view.num_kv_heads = 0; }, Status::kInvalidShape, "heads 0");
+    expect_append([](AppendArgs& a) { a.view.num_kv_heads = 65536; }, Status::kInvalidShape, "heads past a grid dimension");
     expect_append([](AppendArgs& a) { a.view.num_slots = 0; }, Status::kInvalidShape, "slots 0");
     expect_append([](AppendArgs& a) { a.view.num_pages = -1; }, Status::kInvalidShape, "pages < 0");
     expect_append([](AppendArgs& a) { a.view.max_pages_per_seq = -1; }, Status::kInvalidShape, "table width < 0");
     expect_append([](AppendArgs& a) { a.view.residual = 32; }, Status::kConfigMismatch, "residual not a multiple of P");
     expect_append([](AppendArgs& a) { a.view.residual = -64; }, Status::kConfigMismatch, "residual < 0");
+    expect_append([](AppendArgs& a) { a.view.residual = INT32_MAX / 64 * 64; }, Status::kConfigMismatch, "R + P past int32");
     expect_append([](AppendArgs& a) { a.cu[0] = 1; }, Status::kInvalidShape, "cu_new[0] != 0");
     expect_append([](AppendArgs& a) { a.cu[1] = -5; }, Status::kInvalidLength, "negative new tokens");
     // Rows outside the batch's cu_new[batch] rows: sequence 0 (checked first) fails on them.
@@ -234,6 +236,7 @@ TEST_CASE("bad input: attention with null pointers or bad shapes") {
   expect_attention([](AttnArgs& a) { a.batch.softcap = -1.0f; }, Status::kInvalidShape, "softcap < 0");
   expect_attention([](AttnArgs& a) { a.batch.softcap = std::nanf(""); }, Status::kInvalidShape, "softcap NaN");
   expect_attention([](AttnArgs& a) { a.view.num_kv_heads = 0; }, Status::kInvalidShape, "heads 0");
+  expect_attention([](AttnArgs& a) { a.view.num_kv_heads = 65536; }, Status::kInvalidShape, "heads past a grid dimension");
   expect_attention([](AttnArgs& a) { a.view.residual = 96; }, Status::kConfigMismatch, "residual not a multiple of P");
 }
 

@@ -46,6 +46,10 @@ TEST_CASE("prefill plan: bad shapes are refused with the Status that names the p
   CHECK(kvq::plan_prefill(shape(70000, 8, 2, 1000, 10, 20), 128, 64, 6144, 64, &p) == kvq::Status::kInvalidShape);  // grid y
   CHECK(kvq::plan_prefill(shape(2, 8, 2, int64_t(1) << 32, 10, 20), 128, 64, 6144, 64, &p) == kvq::Status::kInvalidShape);
   CHECK(kvq::plan_prefill(shape(2, 8, 2, 1000, 10, 20), 128, 64, 6144, 96, &p) == kvq::Status::kInvalidShape);    // CTA height
+  // group x chunk rows must fit an int (2^27 tokens x 16 heads = 2^31 rows; one row fewer plans)
+  CHECK(kvq::plan_prefill(shape(1, 16, 1, 1000, 1 << 27, 1 << 27), 128, 64, 6144, 64, &p) == kvq::Status::kInvalidShape);
+  CHECK(kvq::plan_prefill(shape(1, 16, 1, 1000, (1 << 27) - 1, (1 << 27) - 1), 128, 64, 6144, 64, &p) ==
+        kvq::Status::kSuccess);
   kvq::PrefillShape odd_r = shape(2, 8, 2, 1000, 10, 20);
   odd_r.residual = 100;  // not a multiple of the page
   CHECK(kvq::plan_prefill(odd_r, 128, 64, 6144, 64, &p) == kvq::Status::kConfigMismatch);

@@ -82,8 +82,10 @@ KVQ_HD const T* source_row(const CacheView<T>& v, const T* ring, const T* fresh,
 template <class T>
 inline Status check_view(const CacheView<T>& v, int page) {
   if (!v.cold || !v.hot_k || !v.hot_v || !v.block_table || !v.hot_slot) return Status::kNullPointer;
-  if (v.num_kv_heads <= 0 || v.num_slots <= 0 || v.num_pages < 0 || v.max_pages_per_seq < 0) return Status::kInvalidShape;
-  if (v.residual < 0 || v.residual % page != 0) return Status::kConfigMismatch;
+  // KV heads are a grid dimension of every kernel (at most 65535); the window R + P is an int.
+  if (v.num_kv_heads <= 0 || v.num_kv_heads > 65535 || v.num_slots <= 0 || v.num_pages < 0 || v.max_pages_per_seq < 0)
+    return Status::kInvalidShape;
+  if (v.residual < 0 || v.residual % page != 0 || INT32_MAX - page < v.residual) return Status::kConfigMismatch;
   return Status::kSuccess;
 }
 

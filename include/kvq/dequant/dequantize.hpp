@@ -21,8 +21,8 @@ KVQ_NAMESPACE_BEGIN
 // lengths: device [batch] len and cold of each sequence. cu_out: device [batch + 1] row offsets
 // into k_out / v_out ([cu_out[batch]][num_kv_heads][head_dim]); sequence b fills rows
 // [cu_out[b], cu_out[b] + len); k_out and v_out 16-byte aligned (kInvalidShape otherwise).
-// max_len: host bound on len (sizes the grid). A sequence with bad
-// lengths, slot, pages, or fewer rows than tokens is skipped and kFlagBadSequence set.
+// max_len: host bound on len (sizes the grid). A sequence with bad lengths, slot, pages, fewer
+// rows than tokens, or rows outside [0, cu_out[batch]) is skipped and kFlagBadSequence set.
 template <class Cfg>
 Status dequantize(const CacheView<typename Cfg::dtype>& cache, const SeqLengths& lengths, int batch,
                   const int32_t* cu_out, int64_t max_len, typename Cfg::dtype* k_out, typename Cfg::dtype* v_out,

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "kvq/attention/token_source.hpp"
+#include "kvq/core/batch_rows.hpp"
 #include "kvq/dequant/dequantize.hpp"
 #include "kvq/quant/chunk_decode.hpp"
 
@@ -81,7 +82,8 @@ __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
     s.slot = v.hot_slot[b];
     s.status = check_lengths(s.len, s.cold, 0, v.residual, P, v.max_pages_per_seq);
     if (s.status == Status::kSuccess && (s.slot < 0 || s.slot >= v.num_slots)) s.status = Status::kInvalidHotSlot;
-    if (s.status == Status::kSuccess && (int64_t(cu_out[b + 1]) - cu_out[b] < s.len || s.len > max_len))
+    if (s.status == Status::kSuccess &&
+        (batch_rows(cu_out, b) < s.len || s.len > max_len || !batch_rows_inside(cu_out, b, int(gridDim.y))))
       s.status = Status::kInvalidShape;
   }
   __syncthreads();

@@ -92,8 +92,9 @@ inline Status plan_prefill(const PrefillShape& s, int head_dim, int page, size_t
   if (s.residual < 0 || page <= 0 || s.residual % page != 0) return Status::kConfigMismatch;
   if (rows_per_cta != kPrefillRowsSmall && rows_per_cta != kPrefillRowsLarge) return Status::kInvalidShape;
   const int64_t group = s.num_q_heads / s.num_kv_heads;
+  // A sequence's rows (chunk tokens x GQA heads) are counted in int by the kernels.
+  if (group * s.max_q_len > INT32_MAX) return Status::kInvalidShape;
   const int64_t row_tiles = (group * s.max_q_len + rows_per_cta - 1) / rows_per_cta;
-  if (row_tiles > INT32_MAX) return Status::kInvalidShape;
   PrefillPlan p{};
   p.shape = s;
   p.head_dim = head_dim;
