@@ -61,4 +61,13 @@ long long first_difference(const std::vector<T>& a, const std::vector<T>& b) {
   return -1;
 }
 
+// Elements of [first, last) (model-dtype values) that are not the 0xff-byte poison the tests fill
+// outputs with before a kernel runs: the ones the kernel wrote.
+template <class It>
+size_t count_written(It first, It last) {
+  size_t n = 0;
+  for (; first != last; ++first) n += first->bits != 0xffffu;
+  return n;
+}
+
 }  // namespace kvq_test

@@ -147,28 +147,23 @@ TEST_SUITE("gpu") {
     dev.expect_equal(host, "device-side rejection");
     CHECK((d_flags.download()[0] & kvq::kFlagBadSequence) != 0u);
 
+    // From the host's state, an append of `cu` that the device must reject whole: nothing
+    // written, the flag set.
+    auto expect_rejected = [&](const std::vector<int32_t>& cu, int max_new, const char* what) {
+      kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
+      dev.upload(host);
+      kvq_test::DeviceBuffer<int32_t> d_cu_r(cu);
+      da.cu_new = d_cu_r.get();
+      REQUIRE(kvq::append<Cfg>(dev.view(host), da, max_new, flags.get(), nullptr) == kvq::Status::kSuccess);
+      KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+      dev.expect_equal(host, what);
+      CHECK((flags.download()[0] & kvq::kFlagBadSequence) != 0u);
+    };
     // A sequence above the max_new_tokens bound is rejected the same way.
-    kvq_test::DeviceBuffer<uint32_t> d_flags2(std::vector<uint32_t>{0u});
-    dev.upload(host);
-    const std::vector<int32_t> cu_big{0, 0, 5, 5};
-    kvq_test::DeviceBuffer<int32_t> d_cu_big(cu_big);
-    da.cu_new = d_cu_big.get();
-    REQUIRE(kvq::append<Cfg>(dev.view(host), da, 4, d_flags2.get(), nullptr) == kvq::Status::kSuccess);
-    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-    dev.expect_equal(host, "above max_new_tokens");
-    CHECK((d_flags2.download()[0] & kvq::kFlagBadSequence) != 0u);
-
+    expect_rejected({0, 0, 5, 5}, 4, "above max_new_tokens");
     // A cu_new that puts a sequence's rows past cu_new[batch] (sequence 1: rows 0 .. 4 of 3; a
     // decreasing step, so sequence 2 has -2 rows) rejects both; nothing is written.
-    kvq_test::DeviceBuffer<uint32_t> d_flags3(std::vector<uint32_t>{0u});
-    dev.upload(host);
-    const std::vector<int32_t> cu_past{0, 0, 5, 3};
-    kvq_test::DeviceBuffer<int32_t> d_cu_past(cu_past);
-    da.cu_new = d_cu_past.get();
-    REQUIRE(kvq::append<Cfg>(dev.view(host), da, 8, d_flags3.get(), nullptr) == kvq::Status::kSuccess);
-    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-    dev.expect_equal(host, "rows past cu_new[batch]");
-    CHECK((d_flags3.download()[0] & kvq::kFlagBadSequence) != 0u);
+    expect_rejected({0, 0, 5, 3}, 8, "rows past cu_new[batch]");
   }
 
   TEST_CASE("append: captured once in a CUDA graph, replayed with different lengths") {

@@ -51,11 +51,6 @@ std::pair<std::vector<T>, uint32_t> decode_into_poison(kvq_test::DeviceAttention
   return {d.out.download(), flags.download()[0]};
 }
 
-// Outputs in [first, last) that are not the poison: written by the kernel.
-size_t written(std::vector<T>::const_iterator first, std::vector<T>::const_iterator last) {
-  return size_t(std::count_if(first, last, [](const T& x) { return x.bits != 0xffffu; }));
-}
-
 kvq::DecodePlan make_plan(int batch, int64_t max_tokens, int max_q, int64_t total_q) {
   kvq::DecodePlan plan;
   REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, kHeads * kGroup, kHeads, kR, max_tokens, max_q, total_q,
@@ -136,7 +131,7 @@ TEST_SUITE("gpu") {
     std::vector<float> ok_ref(ref.begin(), ref.begin() + 2 * row);
     const kvq_test::OutputError e = kvq_test::output_error(ok, ok_ref);
     CHECK_MESSAGE(e.rel_l2 < kvq_test::kRelL2Bound, "valid sequence 0: rel L2 " << e.rel_l2);
-    const size_t w = written(got.begin() + std::ptrdiff_t(2 * row), got.end());
+    const size_t w = kvq_test::count_written(got.begin() + std::ptrdiff_t(2 * row), got.end());
     CHECK_MESSAGE(w == 0, w << " outputs of rejected sequences were written");
   }
 
@@ -170,7 +165,7 @@ TEST_SUITE("gpu") {
           const kvq_test::OutputError e = kvq_test::output_error(std::vector<T>(first, last), ref_r);
           CHECK_MESSAGE(e.rel_l2 < kvq_test::kRelL2Bound, "row " << r << ": rel L2 " << e.rel_l2);
         } else {
-          const size_t w = written(first, last);
+          const size_t w = kvq_test::count_written(first, last);
           CHECK_MESSAGE(w == 0, "row " << r << " of a rejected sequence: " << w << " outputs written");
         }
       }
