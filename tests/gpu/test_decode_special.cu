@@ -3,6 +3,7 @@
 // lengths within the plan, a query row whose slots need several passes of the merge kernel, and a
 // batch mixing an empty prefix with one of over 1M tokens.
 #include "decode_check.cuh"
+#include "attention_special.cuh"
 
 #include <algorithm>
 
@@ -74,12 +75,8 @@ TEST_SUITE("gpu") {
     const kvq::CacheView<T> v = f.dev.view(f.host);
     auto run = [&](const kvq::CacheView<T>& view, const kvq::AttentionBatch<T>& a, const kvq::DecodePlan& p, void* w,
                    size_t bytes, T* out, uint32_t* fl) { return kvq::decode<Cfg>(view, a, p, w, bytes, out, fl, nullptr); };
-    CHECK(run(v, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kSuccess);
-    CHECK(run(v, d.a, plan, ws.get(), ws.size(), nullptr, flags.get()) == kvq::Status::kNullPointer);
-    CHECK(run(v, d.a, plan, ws.get(), ws.size(), d.out.get(), nullptr) == kvq::Status::kNullPointer);
-    CHECK(run(v, d.a, plan, nullptr, ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
-    CHECK(run(v, d.a, plan, ws.get(), plan.workspace_bytes - 1, d.out.get(), flags.get()) == kvq::Status::kWorkspaceTooSmall);
-    CHECK(run(v, d.a, plan, ws.get() + 16, plan.workspace_bytes, d.out.get(), flags.get()) == kvq::Status::kInvalidShape);
+    auto call = [&](void* w, size_t bytes, T* out, uint32_t* fl) { return run(v, d.a, plan, w, bytes, out, fl); };
+    kvq_test::check_call_arguments<T>(call, ws, plan.workspace_bytes, d.out.get(), flags.get());
     kvq::AttentionBatch<T> no_q = d.a;
     no_q.q = nullptr;
     CHECK(run(v, no_q, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
@@ -199,61 +196,13 @@ TEST_SUITE("gpu") {
     plan.tail_slots = 1;
     for (int b = 0; b < kBatch; ++b) REQUIRE(f.host.reserve(b, 1200));  // block tables fixed before capture
     f.dev.upload_tables(f.host);
-    const size_t q_elems = size_t(kBatch) * kMaxQ * kHeads * kGroup * 128, kv_elems = size_t(kBatch) * kMaxQ * kHeads * 128;
-    kvq_test::DeviceBuffer<int32_t> d_cu(kBatch + 1), d_prefix(kBatch);
-    kvq_test::DeviceBuffer<T> d_q(q_elems), d_k(kv_elems), d_v(kv_elems), d_out(q_elems);
     kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-    kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
-    kvq::AttentionBatch<T> da;
-    da.batch = kBatch;
-    da.num_q_heads = kHeads * kGroup;
-    da.lengths = kvq::SeqLengths{d_prefix.get(), f.dev.cold_len.get()};
-    da.cu_q = d_cu.get();
-    da.q = d_q.get();
-    da.new_k = d_k.get();
-    da.new_v = d_v.get();
-    da.softmax_scale = 1.0f / std::sqrt(128.0f);
-    cudaStream_t stream;
-    KVQ_CUDA_CHECK(cudaStreamCreate(&stream));
-    cudaGraph_t graph;
-    KVQ_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    const kvq::Status st =
-        kvq::decode<Cfg>(f.dev.view(f.host), da, plan, ws.get(), ws.size(), d_out.get(), flags.get(), stream);
-    KVQ_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    REQUIRE(st == kvq::Status::kSuccess);
-    cudaGraphExec_t exec;
-    KVQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    std::mt19937_64 rng(72);
-    for (int replay = 0; replay < 5; ++replay) {
-      std::vector<int32_t> counts(kBatch);
-      for (auto& c : counts) c = 1 + int32_t(rng() % kMaxQ);
-      Inputs in(f.host, f.gen, counts);
-      std::vector<float> ref(in.q.size());
-      REQUIRE(kvq::reference::attention<Cfg>(f.host.view(), in.a, ref.data()) == kvq::Status::kSuccess);
-      const kvq_test::Fp64Attention f64 = kvq_test::fp64_attention<Cfg>(f.host.view(), in.a);
-      const std::vector<int32_t> prefix = f.host.len;
-      // Odd replays run the decode after the step's append, even ones before it.
-      if (replay % 2) REQUIRE(kvq_test::step_both_with(f.host, f.dev, counts, in.k, in.v, "graph replay"));
-      d_cu.upload(in.cu);
-      d_prefix.upload(prefix);
-      KVQ_CUDA_CHECK(cudaMemcpy(d_q.get(), in.q.data(), in.q.size() * sizeof(T), cudaMemcpyHostToDevice));
-      KVQ_CUDA_CHECK(cudaMemcpy(d_k.get(), in.k.data(), in.k.size() * sizeof(T), cudaMemcpyHostToDevice));
-      KVQ_CUDA_CHECK(cudaMemcpy(d_v.get(), in.v.data(), in.v.size() * sizeof(T), cudaMemcpyHostToDevice));
-      KVQ_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, d_out.size() * sizeof(T)));
-      KVQ_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      KVQ_CUDA_CHECK(cudaStreamSynchronize(stream));
-      std::vector<T> got = d_out.download();
-      got.resize(ref.size());
-      const kvq_test::OutputError e = kvq_test::output_error(got, ref);
-      CHECK_MESSAGE(e.rel_l2 < kvq_test::kRelL2Bound, "replay " << replay << ": rel L2 " << e.rel_l2);
-      CHECK_MESSAGE(e.rel_max < kvq_test::kRelMaxBound, "replay " << replay << ": rel max " << e.rel_max);
-      kvq_test::check_fa3(got, f64, "replay " + std::to_string(replay));
-      if (replay % 2 == 0) REQUIRE(kvq_test::step_both_with(f.host, f.dev, counts, in.k, in.v, "graph replay"));
-    }
-    CHECK(flags.download()[0] == 0u);
-    KVQ_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    KVQ_CUDA_CHECK(cudaGraphDestroy(graph));
-    KVQ_CUDA_CHECK(cudaStreamDestroy(stream));
+    kvq_test::check_graph_replays<Cfg>(
+        f.host, f.dev, kBatch, kMaxQ, kHeads, kGroup, /*replays*/ 5, /*seed*/ 72, /*check_rel_max*/ true,
+        [&](const std::vector<int32_t>& counts) { return Inputs(f.host, f.gen, counts); },
+        [&](const kvq::AttentionBatch<T>& da, T* out, uint32_t* flags, cudaStream_t stream) {
+          return kvq::decode<Cfg>(f.dev.view(f.host), da, plan, ws.get(), ws.size(), out, flags, stream);
+        });
   }
 
   TEST_CASE("decode: a query row whose slots take the merge three passes (over 1,100 splits)") {
