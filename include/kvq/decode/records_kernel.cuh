@@ -135,19 +135,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
 
   // The query rows' loads go first, so that their round trip overlaps the block-table read's and
   // the first copies' (the queries are an input: no wait for the transition grid); they are
-  // stored to shared memory once the copies are issued. Warp w loads rows w, w + 4, ... of the
-  // CTA (one division by the group a row), lane l channels l, l + 32, ...; zeros past the
-  // sequence's rows.
-  constexpr int RPW = ROWS / kDecodeWarps, CPL = D / 32;
-  static_assert(ROWS % kDecodeWarps == 0 && D % 32 == 0, "whole rows per warp, whole channels per lane");
-  T qv[RPW][CPL];
-  KVQ_UNROLL
-  for (int j = 0; j < RPW; ++j) {
-    const int rg = row0 + warp + kDecodeWarps * j;
-    const T* qrow = a.q + packed_query_row(s.q0, rg, group, a.num_q_heads, h) * D;
-    KVQ_UNROLL
-    for (int e = 0; e < CPL; ++e) qv[j][e] = rg < rows ? qrow[lane + 32 * e] : T{};
-  }
+  // stored to shared memory once the copies are issued.
+  QueryRowRegs<T, ROWS, D> qv;
+  load_query_rows(qv, a, s.q0, h, group, row0, rows);
 
   // ---- the warp's tiles ----
   // The warp's pages are pages 0, 4, 8, ... of the split counted from `base` (its first token);
@@ -227,10 +217,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
   }
 
-  KVQ_UNROLL
-  for (int j = 0; j < RPW; ++j)
-    KVQ_UNROLL
-    for (int e = 0; e < CPL; ++e) qs[(warp + kDecodeWarps * j) * D + lane + 32 * e] = qv[j][e].to_float();
+  store_query_rows(qs, qv);
   __syncthreads();
   const int active_nt = (rows - row0 + 7) / 8 < NT ? (rows - row0 + 7) / 8 : NT;
 

@@ -94,15 +94,50 @@ __device__ inline void combine_warps_and_store(const float* red_o, const float* 
 // Their CTA carries kDecodeRowsPerCta query rows of one KV head; lane l of a warp holds channels
 // l, l + 32, ... of each row's running state.
 
-// Query rows row0 .. row0 + RT - 1 of KV head h (GQA heads x new tokens) as fp32 in shared memory,
-// zeros past the sequence's `rows`. Followed by a barrier.
+// Query rows row0 .. row0 + RT - 1 of KV head h (GQA heads x new tokens), zeros past the
+// sequence's `rows`, in two halves so that a kernel can issue other loads between them (the
+// records kernel issues its first copies there): load_query_rows brings them into registers, warp
+// w of the CTA's kDecodeWarps rows w, w + kDecodeWarps, ... (one division by the group a row),
+// lane l channels l, l + 32, ...; store_query_rows writes them to shared memory as fp32 [RT][D]
+// (no barrier).
+template <class T, int RT, int D>
+struct QueryRowRegs {
+  static_assert(RT % kDecodeWarps == 0 && D % 32 == 0, "whole rows per warp, whole channels per lane");
+  static constexpr int rows_per_warp = RT / kDecodeWarps, channels_per_lane = D / 32;
+  T v[rows_per_warp][channels_per_lane];
+};
+
+template <class T, int RT, int D>
+__device__ inline void load_query_rows(QueryRowRegs<T, RT, D>& q, const AttentionBatch<T>& a, int64_t q0, int h,
+                                       int group, int row0, int rows) {
+  using Q = QueryRowRegs<T, RT, D>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  KVQ_UNROLL
+  for (int j = 0; j < Q::rows_per_warp; ++j) {
+    const int rg = row0 + warp + kDecodeWarps * j;
+    const T* qrow = a.q + packed_query_row(q0, rg, group, a.num_q_heads, h) * D;
+    KVQ_UNROLL
+    for (int e = 0; e < Q::channels_per_lane; ++e) q.v[j][e] = rg < rows ? qrow[lane + 32 * e] : T{};
+  }
+}
+
+template <class T, int RT, int D>
+__device__ inline void store_query_rows(float* qs, const QueryRowRegs<T, RT, D>& q) {
+  using Q = QueryRowRegs<T, RT, D>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  KVQ_UNROLL
+  for (int j = 0; j < Q::rows_per_warp; ++j)
+    KVQ_UNROLL
+    for (int e = 0; e < Q::channels_per_lane; ++e) qs[(warp + kDecodeWarps * j) * D + lane + 32 * e] = q.v[j][e].to_float();
+}
+
+// Both at once, then a barrier (kernels with nothing to overlap with the loads).
 template <class T, int RT, int D>
 __device__ inline void stage_query_rows(float (*qs)[D], const AttentionBatch<T>& a, const SeqAttention& s, int h,
                                         int group, int row0, int rows) {
-  for (int idx = threadIdx.x; idx < RT * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D, rg = row0 + r;
-    qs[r][c] = rg < rows ? a.q[packed_query_row(s.q0, rg, group, a.num_q_heads, h) * D + c].to_float() : 0.0f;
-  }
+  QueryRowRegs<T, RT, D> q;
+  load_query_rows(q, a, s.q0, h, group, row0, rows);
+  store_query_rows(&qs[0][0], q);
   __syncthreads();
 }
 
