@@ -7,18 +7,20 @@
 
 namespace {
 
+// long_pages: the pages of sequence 2's prompt (40 by default; past kDequantMaxPageCtas the strided
+// kernel runs, whose blocks write several pages each).
 template <class Cfg>
-void check_dequantize(uint64_t seed) {
+void check_dequantize(uint64_t seed, int long_pages = 40) {
   using T = typename Cfg::dtype;
   constexpr int P = Cfg::page, D = Cfg::head_dim;
   std::mt19937_64 rng(seed);
-  const int heads = 2, batch = 4, residual = P * int(1 + rng() % 2), max_pages = 64, slots = batch + 1;
+  const int heads = 2, batch = 4, residual = P * int(1 + rng() % 2), max_pages = long_pages + 24, slots = batch + 1;
   kvq::reference::HostCache<Cfg> host(heads, int64_t(batch) * max_pages, slots, residual, max_pages, batch);
   for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = (b + 2) % slots;
   kvq_test::DeviceMirror<Cfg> dev;
   dev.upload(host);
   kvq_test::KvGenerator gen(heads, D, seed + 1);
-  std::vector<int32_t> prompt{0, int32_t(rng() % (residual + P)), int32_t(40 * P + rng() % P), int32_t(7 * P + 5)};
+  std::vector<int32_t> prompt{0, int32_t(rng() % (residual + P)), int32_t(long_pages * P + rng() % P), int32_t(7 * P + 5)};
   REQUIRE(kvq_test::step_both(host, dev, prompt, gen, true, "prompt"));
   REQUIRE(kvq_test::step_both(host, dev, {3, 1, 2, 70}, gen, false, "more"));
 
@@ -77,6 +79,29 @@ void check_dequantize(uint64_t seed) {
   CHECK(kvq_test::count_written(nk.begin(), nk.begin() + long(seq0)) == 0);
   CHECK(kvq_test::first_difference(std::vector<T>(nk.begin() + long(seq0), nk.begin() + long(n)),
                                    std::vector<T>(gk.begin() + long(seq0), gk.begin() + long(n))) == -1);
+  // A page id outside the pool in sequence 2's last cold page (with the strided kernel, a page its
+  // block writes after others): the whole sequence is skipped and reported, the others written.
+  {
+    const int64_t last = host.cold_len[2] / P - 1;
+    REQUIRE(last >= 0);
+    std::vector<int32_t> bt = host.block_table;
+    bt[size_t(2 * max_pages + last)] = int32_t(host.view().num_pages);
+    dev.block_table.upload(bt);
+    kvq_test::DeviceBuffer<uint32_t> d_flags4(std::vector<uint32_t>{0u});
+    KVQ_CUDA_CHECK(cudaMemset(d_k.get(), 0xff, d_k.size() * sizeof(T)));
+    REQUIRE(kvq::dequantize<Cfg>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch, d_cu.get(),
+                                 max_len, d_k.get(), d_v.get(), d_flags4.get(), nullptr) == kvq::Status::kSuccess);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    dev.block_table.upload(host.block_table);
+    CHECK((d_flags4.download()[0] & kvq::kFlagBadSequence) != 0u);
+    const std::vector<T> bk = d_k.download();
+    const size_t s2 = size_t(cu[2]) * heads * D, s3 = size_t(cu[3]) * heads * D;
+    CHECK(kvq_test::count_written(bk.begin() + long(s2), bk.begin() + long(s3)) == 0);
+    CHECK(kvq_test::first_difference(std::vector<T>(bk.begin(), bk.begin() + long(s2)),
+                                     std::vector<T>(gk.begin(), gk.begin() + long(s2))) == -1);
+    CHECK(kvq_test::first_difference(std::vector<T>(bk.begin() + long(s3), bk.begin() + long(n)),
+                                     std::vector<T>(gk.begin() + long(s3), gk.begin() + long(n))) == -1);
+  }
   // Arguments rejected on the host: outputs not 16-byte aligned, null pointers, negative bounds.
   const kvq::SeqLengths lens{dev.len.get(), dev.cold_len.get()};
   CHECK(kvq::dequantize<Cfg>(dev.view(host), lens, batch, d_cu.get(), max_len, d_k.get() + 1, d_v.get(), d_flags.get(),
@@ -95,5 +120,9 @@ TEST_SUITE("gpu") {
     check_dequantize<kvq::CacheConfig<kvq::fp16, 64, 32, kvq::Int4<32>, kvq::Int2<32>>>(102);
     check_dequantize<kvq::CacheConfig<kvq::bf16, 256, 16, kvq::Int8, kvq::Int8>>(103);
     check_dequantize<kvq::CacheConfig<kvq::fp16, 128, 64, kvq::NoQuant, kvq::NoQuant>>(104);
+  }
+  TEST_CASE("dequantize: past 512 pages a block writes several pages (the strided kernel), bit-identical") {
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 32, kvq::Int2<32>, kvq::Int2<32>>>(105, 1100);
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 256, 16, kvq::Int8, kvq::Int8>>(106, 600);
   }
 }

@@ -1,10 +1,12 @@
 // kvq/dequant/dequantize_impl.cuh - the dequantize kernel (include from one .cu per configuration).
 //
-// Grid (page, sequence, KV head); a block writes one page's tokens x head_dim channels of K and V.
-// A thread takes (token, 8 consecutive channels) items: it decodes the 8 elements of a cold token
-// with decode_record_chunk (each element through the reference's scalar decode, so the bytes
-// equal kvq::reference::dequantize_sequence's), copies a hot token's, and writes them with one
-// 16-byte store per tensor. A full cold page (the common case) takes a branch-free path: one
+// Grid (page blocks, sequence, KV head). Up to kDequantMaxPageCtas pages a sequence, block x
+// writes page x (dequantize_kernel); past that, kDequantMaxPageCtas blocks write pages x,
+// x + kDequantMaxPageCtas, ... (dequantize_strided_kernel). A page is its tokens x head_dim
+// channels of K and V. A thread takes (token, 8 consecutive channels) items: it decodes the 8
+// elements of a cold token with decode_record_chunk (each element through the reference's scalar
+// decode, so the bytes equal kvq::reference::dequantize_sequence's), copies a hot token's, and
+// writes them with one 16-byte store per tensor. A full cold page (the common case) takes a branch-free path: one
 // block-table read per block, and each thread decodes a batch of items before storing any, so
 // their loads overlap (a store between them would keep the compiler from hoisting the next item's
 // loads: the output might alias the cache).
@@ -25,13 +27,26 @@ namespace detail {
 
 // Threads per block and items a thread decodes before storing any: tuning knobs, measured in
 // bench/NOTES.md (128 x batches of 4: each thread handles 8 items of a 64-token page at D 128).
+// The strided kernel (below) is compiled for KVQ_DEQUANT_STRIDED_MIN_BLOCKS blocks a
+// multiprocessor (80 registers; its page loop takes ~100 unbounded, the one-page kernel 48-72).
 #ifndef KVQ_DEQUANT_THREADS
 #define KVQ_DEQUANT_THREADS 128
+#endif
+#ifndef KVQ_DEQUANT_STRIDED_MIN_BLOCKS
+#define KVQ_DEQUANT_STRIDED_MIN_BLOCKS 6
 #endif
 #ifndef KVQ_DEQUANT_BATCH
 #define KVQ_DEQUANT_BATCH 4
 #endif
 constexpr int kDequantThreads = KVQ_DEQUANT_THREADS;
+// Blocks along a sequence's pages. Every block checks all of its sequence's page ids before it
+// writes (a sequence with a bad id is left entirely unwritten), so with one block a page that
+// check costs pages^2 loads per sequence and head: at 1M tokens and page 16, ~4 x 10^9. Past this
+// many pages the strided kernel runs instead: this many blocks, each writing pages x, x + this,
+// ..., which bounds the checks at this many times the pages (at 65,536 pages: 128 MB of
+// block-table reads from L2 per head, beside 512 MB of bf16 writes). Up to this many pages the
+// kernel is the one-page-a-block kernel measured in bench/RESULTS.md.
+constexpr int kDequantMaxPageCtas = 512;
 constexpr int kDequantChunk = kDecodeChunk;  // channels per thread item: one 16-byte store
 
 // 8 floats as 8 T values in one 16-byte word.
@@ -65,42 +80,15 @@ KVQ_DEVICE uint4 pack_decoded_chunk(const float (&f)[kDequantChunk]) {
   }
 }
 
+// Page t0 / P of sequence b, head h (t0 < s.len): its tokens' K and V rows from output row
+// row0 + t0 on (s: the sequence's checked lengths and slot).
 template <class Cfg>
-__global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
-    dequantize_kernel(CacheView<typename Cfg::dtype> v, SeqLengths lengths, const int32_t* cu_out, int64_t max_len,
-                      typename Cfg::dtype* k_out, typename Cfg::dtype* v_out, uint32_t* flags) {
+KVQ_DEVICE void dequantize_page(const CacheView<typename Cfg::dtype>& v, const SeqAttention& s, int b, int h, int64_t t0,
+                                const int32_t* row0, typename Cfg::dtype* k_out, typename Cfg::dtype* v_out) {
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page;
-  __shared__ SeqAttention s;
-  const int b = blockIdx.y, h = blockIdx.z;
-  const int64_t t0 = int64_t(blockIdx.x) * P;
-  if (threadIdx.x == 0) {
-    s = SeqAttention{};
-    s.len = lengths.len[b];
-    s.cold = lengths.cold[b];
-    s.target = s.cold;
-    s.slot = v.hot_slot[b];
-    s.status = check_lengths(s.len, s.cold, 0, v.residual, P, v.max_pages_per_seq);
-    if (s.status == Status::kSuccess && (s.slot < 0 || s.slot >= v.num_slots)) s.status = Status::kInvalidHotSlot;
-    if (s.status == Status::kSuccess &&
-        (batch_rows(cu_out, b) < s.len || s.len > max_len || !batch_rows_inside(cu_out, b, int(gridDim.y))))
-      s.status = Status::kInvalidShape;
-  }
-  __syncthreads();
-  // Page ids of the whole sequence are checked by every block, so that a bad sequence is left
-  // entirely unwritten (a block cannot know what the others would find).
-  bool ok = s.status == Status::kSuccess;
-  const int64_t pool_pages = ok ? (s.cold < s.len ? s.cold : s.len) / P : 0;
-  for (int64_t p = threadIdx.x; ok && p < pool_pages; p += blockDim.x) {
-    ok = page_in_pool(v, v.block_table[int64_t(b) * v.max_pages_per_seq + p]);
-  }
-  if (!__syncthreads_and(ok)) {
-    if (threadIdx.x == 0 && blockIdx.x == 0 && h == 0) atomicOr(flags, uint32_t(kFlagBadSequence));
-    return;
-  }
-  if (t0 >= s.len) return;
   constexpr int chunks = D / kDequantChunk, items = P * chunks;
-  auto out_offset = [&](int idx) { return (size_t(cu_out[b] + t0 + idx / chunks) * v.num_kv_heads + h) * D + (idx % chunks) * kDequantChunk; };
+  auto out_offset = [&](int idx) { return (size_t(*row0 + t0 + idx / chunks) * v.num_kv_heads + h) * D + (idx % chunks) * kDequantChunk; };
   if constexpr (items % kDequantThreads == 0) {
     if (t0 + P <= s.cold && t0 + P <= s.len) {  // a full cold page: one record
       constexpr int per_thread = items / kDequantThreads;
@@ -152,6 +140,63 @@ __global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
   }
 }
 
+// The blocks' work: check sequence blockIdx.y (its lengths, slot, rows and every page id), then
+// write its pages blockIdx.x (Strided false) or blockIdx.x, blockIdx.x + gridDim.x, ... (true) for
+// KV head blockIdx.z.
+template <class Cfg, bool Strided>
+KVQ_DEVICE void dequantize_blocks(const CacheView<typename Cfg::dtype>& v, const SeqLengths& lengths, const int32_t* cu_out,
+                                  int64_t max_len, typename Cfg::dtype* k_out, typename Cfg::dtype* v_out, uint32_t* flags) {
+  constexpr int P = Cfg::page;
+  __shared__ SeqAttention s;
+  const int b = blockIdx.y, h = blockIdx.z;
+  if (threadIdx.x == 0) {
+    s = SeqAttention{};
+    s.len = lengths.len[b];
+    s.cold = lengths.cold[b];
+    s.target = s.cold;
+    s.slot = v.hot_slot[b];
+    s.status = check_lengths(s.len, s.cold, 0, v.residual, P, v.max_pages_per_seq);
+    if (s.status == Status::kSuccess && (s.slot < 0 || s.slot >= v.num_slots)) s.status = Status::kInvalidHotSlot;
+    if (s.status == Status::kSuccess &&
+        (batch_rows(cu_out, b) < s.len || s.len > max_len || !batch_rows_inside(cu_out, b, int(gridDim.y))))
+      s.status = Status::kInvalidShape;
+  }
+  __syncthreads();
+  // Page ids of the whole sequence are checked by every block, so that a bad sequence is left
+  // entirely unwritten (a block cannot know what the others would find).
+  bool ok = s.status == Status::kSuccess;
+  const int64_t pool_pages = ok ? (s.cold < s.len ? s.cold : s.len) / P : 0;
+  for (int64_t p = threadIdx.x; ok && p < pool_pages; p += blockDim.x) {
+    ok = page_in_pool(v, v.block_table[int64_t(b) * v.max_pages_per_seq + p]);
+  }
+  if (!__syncthreads_and(ok)) {
+    if (threadIdx.x == 0 && blockIdx.x == 0 && h == 0) atomicOr(flags, uint32_t(kFlagBadSequence));
+    return;
+  }
+  if constexpr (Strided) {
+#pragma unroll 1
+    for (int64_t t0 = int64_t(blockIdx.x) * P; t0 < s.len; t0 += int64_t(gridDim.x) * P)
+      dequantize_page<Cfg>(v, s, b, h, t0, cu_out + b, k_out, v_out);
+  } else if (int64_t(blockIdx.x) * P < s.len) {
+    dequantize_page<Cfg>(v, s, b, h, int64_t(blockIdx.x) * P, cu_out + b, k_out, v_out);
+  }
+}
+
+// One block a page (at most kDequantMaxPageCtas pages a sequence).
+template <class Cfg>
+__global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
+    dequantize_kernel(CacheView<typename Cfg::dtype> v, SeqLengths lengths, const int32_t* cu_out, int64_t max_len,
+                      typename Cfg::dtype* k_out, typename Cfg::dtype* v_out, uint32_t* flags) {
+  dequantize_blocks<Cfg, false>(v, lengths, cu_out, max_len, k_out, v_out, flags);
+}
+
+// kDequantMaxPageCtas blocks a sequence, each writing every kDequantMaxPageCtas-th page.
+template <class Cfg>
+__global__ void __launch_bounds__(kDequantThreads, KVQ_DEQUANT_STRIDED_MIN_BLOCKS) KVQ_HIDDEN
+    dequantize_strided_kernel(CacheView<typename Cfg::dtype> v, SeqLengths lengths, const int32_t* cu_out, int64_t max_len,
+                              typename Cfg::dtype* k_out, typename Cfg::dtype* v_out, uint32_t* flags) {
+  dequantize_blocks<Cfg, true>(v, lengths, cu_out, max_len, k_out, v_out, flags);
+}
 }  // namespace detail
 
 template <class Cfg>
@@ -164,10 +209,11 @@ Status dequantize(const CacheView<typename Cfg::dtype>& cache, const SeqLengths&
   if (batch == 0 || max_len == 0) return Status::kSuccess;
   if (!lengths.len || !lengths.cold || !cu_out || !k_out || !v_out || !flags) return Status::kNullPointer;
   if (reinterpret_cast<uintptr_t>(k_out) % 16 || reinterpret_cast<uintptr_t>(v_out) % 16) return Status::kInvalidShape;
-  const dim3 grid(unsigned((max_len + Cfg::page - 1) / Cfg::page), unsigned(batch),
-                  unsigned(cache.num_kv_heads));
-  detail::dequantize_kernel<Cfg><<<grid, detail::kDequantThreads, 0, stream>>>(cache, lengths, cu_out, max_len, k_out,
-                                                                                          v_out, flags);
+  const int64_t pages = (max_len + Cfg::page - 1) / Cfg::page;
+  const bool strided = pages > detail::kDequantMaxPageCtas;
+  const dim3 grid(unsigned(strided ? detail::kDequantMaxPageCtas : pages), unsigned(batch), unsigned(cache.num_kv_heads));
+  auto* kernel = strided ? detail::dequantize_strided_kernel<Cfg> : detail::dequantize_kernel<Cfg>;
+  kernel<<<grid, detail::kDequantThreads, 0, stream>>>(cache, lengths, cu_out, max_len, k_out, v_out, flags);
   return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
 }
 
