@@ -28,12 +28,13 @@ namespace detail {
 // Threads per block and items a thread decodes before storing any: tuning knobs, measured in
 // bench/NOTES.md (128 x batches of 4: each thread handles 8 items of a 64-token page at D 128).
 // The strided kernel (below) is compiled for KVQ_DEQUANT_STRIDED_MIN_BLOCKS blocks a
-// multiprocessor (80 registers; its page loop takes ~100 unbounded, the one-page kernel 48-72).
+// multiprocessor: 77-96 registers without spills (~106 unbounded; 6 blocks spill 32 bytes), where
+// the one-page kernel takes 40-72.
 #ifndef KVQ_DEQUANT_THREADS
 #define KVQ_DEQUANT_THREADS 128
 #endif
 #ifndef KVQ_DEQUANT_STRIDED_MIN_BLOCKS
-#define KVQ_DEQUANT_STRIDED_MIN_BLOCKS 6
+#define KVQ_DEQUANT_STRIDED_MIN_BLOCKS 5
 #endif
 #ifndef KVQ_DEQUANT_BATCH
 #define KVQ_DEQUANT_BATCH 4
@@ -163,11 +164,18 @@ KVQ_DEVICE void dequantize_blocks(const CacheView<typename Cfg::dtype>& v, const
   }
   __syncthreads();
   // Page ids of the whole sequence are checked by every block, so that a bad sequence is left
-  // entirely unwritten (a block cannot know what the others would find).
+  // entirely unwritten (a block cannot know what the others would find). A thread loads 8 ids
+  // before it tests any, so that their round trips overlap.
   bool ok = s.status == Status::kSuccess;
   const int64_t pool_pages = ok ? (s.cold < s.len ? s.cold : s.len) / P : 0;
-  for (int64_t p = threadIdx.x; ok && p < pool_pages; p += blockDim.x) {
-    ok = page_in_pool(v, v.block_table[int64_t(b) * v.max_pages_per_seq + p]);
+  const int32_t* ids = v.block_table + int64_t(b) * v.max_pages_per_seq;
+  constexpr int kIds = 8;
+  for (int64_t p0 = threadIdx.x; p0 < pool_pages; p0 += kIds * int64_t(blockDim.x)) {
+    int32_t id[kIds];
+    KVQ_UNROLL
+    for (int j = 0; j < kIds; ++j) id[j] = p0 + j * blockDim.x < pool_pages ? ids[p0 + j * blockDim.x] : 0;
+    KVQ_UNROLL
+    for (int j = 0; j < kIds; ++j) ok &= p0 + j * blockDim.x >= pool_pages || page_in_pool(v, id[j]);
   }
   if (!__syncthreads_and(ok)) {
     if (threadIdx.x == 0 && blockIdx.x == 0 && h == 0) atomicOr(flags, uint32_t(kFlagBadSequence));
