@@ -62,46 +62,38 @@ void check_dequantize(uint64_t seed, int long_pages = 40) {
           kvq::Status::kSuccess);
   KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   CHECK(((d_flags2.download()[0] & kvq::kFlagBadSequence) != 0u) == (host.len[1] > 0));
+  // A rejected sequence's rows [first, end) stay poisoned and the flag is set; every other row is
+  // what the valid run above wrote. `rows`: the cu_out of the run.
+  auto expect_only_skipped = [&](const kvq_test::DeviceBuffer<int32_t>& rows, size_t first, size_t end) {
+    kvq_test::DeviceBuffer<uint32_t> fl(std::vector<uint32_t>{0u});
+    KVQ_CUDA_CHECK(cudaMemset(d_k.get(), 0xff, d_k.size() * sizeof(T)));
+    KVQ_CUDA_CHECK(cudaMemset(d_v.get(), 0xff, d_v.size() * sizeof(T)));
+    REQUIRE(kvq::dequantize<Cfg>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch, rows.get(),
+                                 max_len, d_k.get(), d_v.get(), fl.get(), nullptr) == kvq::Status::kSuccess);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK((fl.download()[0] & kvq::kFlagBadSequence) != 0u);
+    const std::vector<T> k = d_k.download();
+    CHECK(kvq_test::count_written(k.begin() + long(first), k.begin() + long(end)) == 0);
+    if (first > 0)
+      CHECK(kvq_test::first_difference(std::vector<T>(k.begin(), k.begin() + long(first)),
+                                       std::vector<T>(gk.begin(), gk.begin() + long(first))) == -1);
+    CHECK(kvq_test::first_difference(std::vector<T>(k.begin() + long(end), k.begin() + long(n)),
+                                     std::vector<T>(gk.begin() + long(end), gk.begin() + long(n))) == -1);
+  };
   // A sequence whose rows start before row 0 (cu_out[0] = -1: sequence 0 gets one row more) is
   // skipped and reported; the others are written where they were.
   std::vector<int32_t> neg_cu = cu;
   neg_cu[0] = -1;
-  kvq_test::DeviceBuffer<int32_t> d_neg(neg_cu);
-  kvq_test::DeviceBuffer<uint32_t> d_flags3(std::vector<uint32_t>{0u});
-  KVQ_CUDA_CHECK(cudaMemset(d_k.get(), 0xff, d_k.size() * sizeof(T)));
-  KVQ_CUDA_CHECK(cudaMemset(d_v.get(), 0xff, d_v.size() * sizeof(T)));
-  REQUIRE(kvq::dequantize<Cfg>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch, d_neg.get(),
-                               max_len, d_k.get(), d_v.get(), d_flags3.get(), nullptr) == kvq::Status::kSuccess);
-  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-  CHECK((d_flags3.download()[0] & kvq::kFlagBadSequence) != 0u);
-  const std::vector<T> nk = d_k.download();
-  const size_t seq0 = size_t(cu[1]) * heads * D;
-  CHECK(kvq_test::count_written(nk.begin(), nk.begin() + long(seq0)) == 0);
-  CHECK(kvq_test::first_difference(std::vector<T>(nk.begin() + long(seq0), nk.begin() + long(n)),
-                                   std::vector<T>(gk.begin() + long(seq0), gk.begin() + long(n))) == -1);
+  expect_only_skipped(kvq_test::DeviceBuffer<int32_t>(neg_cu), 0, size_t(cu[1]) * heads * D);
   // A page id outside the pool in sequence 2's last cold page (with the strided kernel, a page its
   // block writes after others): the whole sequence is skipped and reported, the others written.
-  {
-    const int64_t last = host.cold_len[2] / P - 1;
-    REQUIRE(last >= 0);
-    std::vector<int32_t> bt = host.block_table;
-    bt[size_t(2 * max_pages + last)] = int32_t(host.view().num_pages);
-    dev.block_table.upload(bt);
-    kvq_test::DeviceBuffer<uint32_t> d_flags4(std::vector<uint32_t>{0u});
-    KVQ_CUDA_CHECK(cudaMemset(d_k.get(), 0xff, d_k.size() * sizeof(T)));
-    REQUIRE(kvq::dequantize<Cfg>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch, d_cu.get(),
-                                 max_len, d_k.get(), d_v.get(), d_flags4.get(), nullptr) == kvq::Status::kSuccess);
-    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-    dev.block_table.upload(host.block_table);
-    CHECK((d_flags4.download()[0] & kvq::kFlagBadSequence) != 0u);
-    const std::vector<T> bk = d_k.download();
-    const size_t s2 = size_t(cu[2]) * heads * D, s3 = size_t(cu[3]) * heads * D;
-    CHECK(kvq_test::count_written(bk.begin() + long(s2), bk.begin() + long(s3)) == 0);
-    CHECK(kvq_test::first_difference(std::vector<T>(bk.begin(), bk.begin() + long(s2)),
-                                     std::vector<T>(gk.begin(), gk.begin() + long(s2))) == -1);
-    CHECK(kvq_test::first_difference(std::vector<T>(bk.begin() + long(s3), bk.begin() + long(n)),
-                                     std::vector<T>(gk.begin() + long(s3), gk.begin() + long(n))) == -1);
-  }
+  const int64_t last = host.cold_len[2] / P - 1;
+  REQUIRE(last >= 0);
+  std::vector<int32_t> bt = host.block_table;
+  bt[size_t(2 * max_pages + last)] = int32_t(host.view().num_pages);
+  dev.block_table.upload(bt);
+  expect_only_skipped(d_cu, size_t(cu[2]) * heads * D, size_t(cu[3]) * heads * D);
+  dev.block_table.upload(host.block_table);
   // Arguments rejected on the host: outputs not 16-byte aligned, null pointers, negative bounds.
   const kvq::SeqLengths lens{dev.len.get(), dev.cold_len.get()};
   CHECK(kvq::dequantize<Cfg>(dev.view(host), lens, batch, d_cu.get(), max_len, d_k.get() + 1, d_v.get(), d_flags.get(),

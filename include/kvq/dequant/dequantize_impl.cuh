@@ -6,10 +6,10 @@
 // channels of K and V. A thread takes (token, 8 consecutive channels) items: it decodes the 8
 // elements of a cold token with decode_record_chunk (each element through the reference's scalar
 // decode, so the bytes equal kvq::reference::dequantize_sequence's), copies a hot token's, and
-// writes them with one 16-byte store per tensor. A full cold page (the common case) takes a branch-free path: one
-// block-table read per block, and each thread decodes a batch of items before storing any, so
-// their loads overlap (a store between them would keep the compiler from hoisting the next item's
-// loads: the output might alias the cache).
+// writes them with one 16-byte store per tensor. A full cold page (the common case) takes a
+// branch-free path: one block-table read per page, and each thread decodes a batch of items before
+// storing any, so their loads overlap (a store between them would keep the compiler from hoisting
+// the next item's loads: the output might alias the cache).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -82,7 +82,8 @@ KVQ_DEVICE uint4 pack_decoded_chunk(const float (&f)[kDequantChunk]) {
 }
 
 // Page t0 / P of sequence b, head h (t0 < s.len): its tokens' K and V rows from output row
-// row0 + t0 on (s: the sequence's checked lengths and slot).
+// *row0 + t0 on (s: the sequence's checked lengths and slot; row0 points at cu_out[b], read at
+// each store as before the page function existed, which keeps the one-page kernel's code).
 template <class Cfg>
 KVQ_DEVICE void dequantize_page(const CacheView<typename Cfg::dtype>& v, const SeqAttention& s, int b, int h, int64_t t0,
                                 const int32_t* row0, typename Cfg::dtype* k_out, typename Cfg::dtype* v_out) {
