@@ -36,12 +36,13 @@ KVQ_HD SeqAttention resolve_attention(const CacheView<T>& v, const AttentionBatc
   SeqAttention s{};
   s.len = a.lengths.len[b];
   s.cold = a.lengths.cold[b];
-  s.q0 = a.cu_q[b];
-  const int64_t q_len = batch_rows(a.cu_q, b);
+  const BatchRows rows = batch_rows_of(a.cu_q, b, a.batch);
+  s.q0 = rows.begin;
+  const int64_t q_len = rows.count();
   s.q_len = q_len >= 0 && q_len <= INT32_MAX ? int32_t(q_len) : -1;  // a count outside int32 (malformed cu_q): a length error
   s.slot = v.hot_slot[b];
   s.status = check_attention_lengths(s.len, s.cold, s.q_len, v.residual, page, v.max_pages_per_seq);
-  if (s.status == Status::kSuccess && !batch_rows_inside(a.cu_q, b, a.batch)) s.status = Status::kInvalidShape;
+  if (s.status == Status::kSuccess && !rows.inside()) s.status = Status::kInvalidShape;
   if (s.status == Status::kSuccess && (s.slot < 0 || s.slot >= v.num_slots)) s.status = Status::kInvalidHotSlot;
   if (s.status == Status::kSuccess) s.target = cold_after(s.len + s.q_len, s.cold, v.residual, page);
   return s;

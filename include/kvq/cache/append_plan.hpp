@@ -45,13 +45,14 @@ KVQ_HD SeqAppend plan_sequence(const CacheView<T>& v, const AppendBatch<T>& a, i
   SeqAppend s{};
   s.len_old = a.lengths.len[b];
   s.cold_old = a.lengths.cold[b];
-  s.new_begin = a.cu_new[b];
-  const int64_t n = batch_rows(a.cu_new, b);
+  const BatchRows rows = batch_rows_of(a.cu_new, b, a.batch);
+  s.new_begin = rows.begin;
+  const int64_t n = rows.count();
   s.len_new = s.len_old + n;
   s.slot = v.hot_slot[b];
   s.status = n > max_new || a.cu_new[0] != 0 ? Status::kInvalidShape
                                              : check_lengths(s.len_old, s.cold_old, n, v.residual, page, v.max_pages_per_seq);
-  if (s.status == Status::kSuccess && !batch_rows_inside(a.cu_new, b, a.batch)) s.status = Status::kInvalidShape;
+  if (s.status == Status::kSuccess && !rows.inside()) s.status = Status::kInvalidShape;
   if (s.status == Status::kSuccess && (s.slot < 0 || s.slot >= v.num_slots)) s.status = Status::kInvalidHotSlot;
   if (s.status == Status::kSuccess) s.cold_new = cold_after(s.len_new, s.cold_old, v.residual, page);
   return s;

@@ -16,12 +16,25 @@
 
 KVQ_NAMESPACE_BEGIN
 
-// Rows of sequence b, computed in 64 bits (a malformed cu cannot overflow it).
-KVQ_HD int64_t batch_rows(const int32_t* cu, int b) { return int64_t(cu[b + 1]) - int64_t(cu[b]); }
-
-// Whether sequence b's rows lie inside the batch's: 0 <= cu[b] <= cu[b + 1] <= cu[batch].
-KVQ_HD bool batch_rows_inside(const int32_t* cu, int b, int batch) {
-  return cu[b] >= 0 && cu[b] <= cu[b + 1] && cu[b + 1] <= cu[batch];
+// Sequence b's entries cu[b], cu[b + 1] and the batch's end cu[batch], read together: three
+// loads that do not depend on each other or on any test, so a kernel resolving a sequence pays
+// one round trip for them (a load of cu[batch] behind the length checks cost a second one:
+// ~0.5-1 us a decode call, bench/NOTES.md run i1).
+struct BatchRows {
+  int32_t begin, end, last;
+  // Rows of the sequence, computed in 64 bits (a malformed cu cannot overflow it).
+  KVQ_HD int64_t count() const { return int64_t(end) - int64_t(begin); }
+  // Whether they lie inside the batch's: 0 <= cu[b] <= cu[b + 1] <= cu[batch].
+  KVQ_HD bool inside() const { return begin >= 0 && begin <= end && end <= last; }
+};
+// cu[batch] is read through a volatile pointer: it is used only behind the length checks, and
+// nvcc otherwise sinks its load there, after the others have returned.
+KVQ_HD BatchRows batch_rows_of(const int32_t* cu, int b, int batch) {
+  const int32_t last = *static_cast<const volatile int32_t*>(cu + batch);
+  return BatchRows{cu[b], cu[b + 1], last};
 }
+
+KVQ_HD int64_t batch_rows(const int32_t* cu, int b) { return int64_t(cu[b + 1]) - int64_t(cu[b]); }
+KVQ_HD bool batch_rows_inside(const int32_t* cu, int b, int batch) { return batch_rows_of(cu, b, batch).inside(); }
 
 KVQ_NAMESPACE_END

@@ -41,10 +41,9 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
   SeqAttention s{};
   s.len = a.lengths.len[b];
   s.cold = a.lengths.cold[b];
-  s.q0 = a.cu_q[b];
-  const int64_t q_len = batch_rows(a.cu_q, b);
-  const bool rows_ok = batch_rows_inside(a.cu_q, b, a.batch);
-  s.q_len = rows_ok ? int32_t(q_len) : 0;  // rows outside the batch's: a rejected sequence, nothing to merge
+  const BatchRows rows = batch_rows_of(a.cu_q, b, a.batch);
+  s.q0 = rows.begin;
+  s.q_len = rows.inside() ? int32_t(rows.count()) : 0;  // rows outside the batch's: a rejected sequence, nothing to merge
   wait_prior_grids();  // launched as the dependent of the kernel before it (decode_impl.cuh): its slots are written
   if (i >= s.q_len) return;
   // A rejected sequence's slots are not written: loaded (inside the workspace) with the status word

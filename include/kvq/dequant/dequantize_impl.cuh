@@ -153,6 +153,7 @@ KVQ_DEVICE void dequantize_blocks(const CacheView<typename Cfg::dtype>& v, const
   const int b = blockIdx.y, h = blockIdx.z;
   if (threadIdx.x == 0) {
     s = SeqAttention{};
+    const BatchRows rows = batch_rows_of(cu_out, b, int(gridDim.y));
     s.len = lengths.len[b];
     s.cold = lengths.cold[b];
     s.target = s.cold;
@@ -160,7 +161,7 @@ KVQ_DEVICE void dequantize_blocks(const CacheView<typename Cfg::dtype>& v, const
     s.status = check_lengths(s.len, s.cold, 0, v.residual, P, v.max_pages_per_seq);
     if (s.status == Status::kSuccess && (s.slot < 0 || s.slot >= v.num_slots)) s.status = Status::kInvalidHotSlot;
     if (s.status == Status::kSuccess &&
-        (batch_rows(cu_out, b) < s.len || s.len > max_len || !batch_rows_inside(cu_out, b, int(gridDim.y))))
+        (rows.count() < s.len || s.len > max_len || !rows.inside()))
       s.status = Status::kInvalidShape;
   }
   __syncthreads();
