@@ -17,6 +17,7 @@
 
 #include <type_traits>
 
+#include "kvq/attention/pages_valid.cuh"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/core/batch_rows.hpp"
 #include "kvq/dequant/dequantize.hpp"
@@ -166,20 +167,8 @@ KVQ_DEVICE void dequantize_blocks(const CacheView<typename Cfg::dtype>& v, const
   }
   __syncthreads();
   // Page ids of the whole sequence are checked by every block, so that a bad sequence is left
-  // entirely unwritten (a block cannot know what the others would find). A thread loads 8 ids
-  // before it tests any, so that their round trips overlap.
-  bool ok = s.status == Status::kSuccess;
-  const int64_t pool_pages = ok ? (s.cold < s.len ? s.cold : s.len) / P : 0;
-  const int32_t* ids = v.block_table + int64_t(b) * v.max_pages_per_seq;
-  constexpr int kIds = 8;
-  for (int64_t p0 = threadIdx.x; p0 < pool_pages; p0 += kIds * int64_t(blockDim.x)) {
-    int32_t id[kIds];
-    KVQ_UNROLL
-    for (int j = 0; j < kIds; ++j) id[j] = p0 + j * blockDim.x < pool_pages ? ids[p0 + j * blockDim.x] : 0;
-    KVQ_UNROLL
-    for (int j = 0; j < kIds; ++j) ok &= p0 + j * blockDim.x >= pool_pages || page_in_pool(v, id[j]);
-  }
-  if (!__syncthreads_and(ok)) {
+  // entirely unwritten (a block cannot know what the others would find).
+  if (!pages_valid(v, b, s, s.status != Status::kSuccess, 0, s.len, P)) {
     if (threadIdx.x == 0 && blockIdx.x == 0 && h == 0) atomicOr(flags, uint32_t(kFlagBadSequence));
     return;
   }
