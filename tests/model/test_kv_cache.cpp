@@ -15,9 +15,50 @@ using namespace smollm2_test;
 
 namespace {
 
-std::vector<float> run(const CacheSpec& s, const std::vector<kvq::bf16>& q, const std::vector<kvq::bf16>& k,
-                       const std::vector<kvq::bf16>& v, int tokens, int chunk) {
-  constexpr int kv_heads = 3, q_heads = 9, D = 64;
+// The layer both tests run: 333 tokens, 9 query heads over 3 KV heads of 64 elements.
+constexpr int tokens = 333, kv_heads = 3, q_heads = 9, D = 64;
+
+// Random rows [token][head][D] of one layer; the keys have outlier channels (every 16th channel
+// from 3 with 8x the spread, channel 5 offset by 4).
+struct RandomLayer {
+  std::vector<kvq::bf16> q, k, v;
+  explicit RandomLayer(unsigned seed) : q(size_t(tokens) * q_heads * D), k(size_t(tokens) * kv_heads * D), v(k.size()) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> n01(0.0f, 1.0f);
+    for (auto& x : q) x = kvq::bf16::from_float(n01(rng));
+    for (size_t i = 0; i < k.size(); ++i) {
+      const int c = int(i % D);
+      k[i] = kvq::bf16::from_float(n01(rng) * (c % 16 == 3 ? 12.0f : 1.5f) + (c == 5 ? 4.0f : 0.0f));
+      v[i] = kvq::bf16::from_float(n01(rng));
+    }
+  }
+};
+
+// For every format x residual x page: the layer run two ways, `a(spec)` and `b(spec)`, gives
+// outputs within 2e-5 of each other in every element.
+template <class A, class B>
+void check_paths_agree(A a, B b) {
+  double overall = 0.0;
+  for (const char* format : {"none", "int8", "int4", "int2", "k4v2"})
+    for (int residual : {0, 32, 64})
+      for (int page : {16, 32}) {
+        CAPTURE(format);
+        CAPTURE(residual);
+        CAPTURE(page);
+        const CacheSpec s = spec(format, residual, page, 16, 32);
+        const std::vector<float> x = a(s), y = b(s);
+        REQUIRE(x.size() == y.size());
+        double worst = 0.0;
+        for (size_t e = 0; e < x.size(); ++e) worst = std::max(worst, double(std::fabs(x[e] - y[e])));
+        CHECK(worst < 2e-5);
+        overall = std::max(overall, worst);
+      }
+  MESSAGE("largest difference in any attention output: " << overall);
+}
+
+// The decode path of the engine's cache, fed `chunk` tokens a step.
+std::vector<float> run(const CacheSpec& s, const RandomLayer& l, int chunk) {
+  const std::vector<kvq::bf16>&q = l.q, &k = l.k, &v = l.v;
   ThreadPool pool(2);
   auto cache = make_kv_cache(s, 1, kv_heads, D, 2, tokens);
   std::vector<float> out(size_t(tokens) * q_heads * D);
@@ -45,33 +86,13 @@ std::vector<float> run(const CacheSpec& s, const std::vector<kvq::bf16>& q, cons
 }  // namespace
 
 TEST_CASE("decode path equals token-by-token kvq::reference::attention on random K/V") {
-  constexpr int tokens = 333, kv_heads = 3, q_heads = 9, D = 64;
-  std::mt19937 rng(7);
-  std::normal_distribution<float> n01(0.0f, 1.0f);
-  std::vector<kvq::bf16> q(size_t(tokens) * q_heads * D), k(size_t(tokens) * kv_heads * D), v(k.size());
-  for (auto& x : q) x = kvq::bf16::from_float(n01(rng));
-  for (size_t i = 0; i < k.size(); ++i) {
-    const int c = int(i % D);
-    k[i] = kvq::bf16::from_float(n01(rng) * (c % 16 == 3 ? 12.0f : 1.5f) + (c == 5 ? 4.0f : 0.0f));  // outlier channels
-    v[i] = kvq::bf16::from_float(n01(rng));
-  }
-  double overall = 0.0;
-  for (const char* format : {"none", "int8", "int4", "int2", "k4v2"})
-    for (int residual : {0, 32, 64})
-      for (int page : {16, 32}) {
-        CAPTURE(format);
-        CAPTURE(residual);
-        CAPTURE(page);
-        const CacheSpec dec = spec(format, residual, page, 16, 32);
-        CacheSpec ref = dec;
-        ref.path = AttentionPath::kReference;
-        const std::vector<float> a = run(dec, q, k, v, tokens, 37), b = run(ref, q, k, v, tokens, 1);
-        double worst = 0.0;
-        for (size_t e = 0; e < a.size(); ++e) worst = std::max(worst, double(std::fabs(a[e] - b[e])));
-        CHECK(worst < 2e-5);
-        overall = std::max(overall, worst);
-      }
-  MESSAGE("largest difference in any attention output: " << overall);
+  const RandomLayer layer(7);
+  check_paths_agree([&](const CacheSpec& s) { return run(s, layer, 37); },
+                    [&](const CacheSpec& s) {
+                      CacheSpec ref = s;
+                      ref.path = AttentionPath::kReference;
+                      return run(ref, layer, 1);
+                    });
 }
 
 namespace {
@@ -79,9 +100,8 @@ namespace {
 // The decode path through kvq's attention contract: the calls of attention_calls() (what the GPU
 // cache launches), each an append then kvq::reference::attention with the cold length after it.
 template <class Cfg>
-std::vector<float> run_calls(const CacheSpec& s, const std::vector<kvq::bf16>& q, const std::vector<kvq::bf16>& k,
-                             const std::vector<kvq::bf16>& v, int tokens, int chunk) {
-  constexpr int kv_heads = 3, q_heads = 9, D = 64;
+std::vector<float> run_calls(const CacheSpec& s, const RandomLayer& l, int chunk) {
+  const std::vector<kvq::bf16>&q = l.q, &k = l.k, &v = l.v;
   const int pages_per_seq = (tokens + Cfg::page - 1) / Cfg::page;
   kvq::reference::HostCache<Cfg> c(kv_heads, pages_per_seq, 1, s.residual, pages_per_seq, 1);
   std::vector<float> out(size_t(tokens) * q_heads * D);
@@ -128,36 +148,16 @@ std::vector<float> run_calls(const CacheSpec& s, const std::vector<kvq::bf16>& q
 }  // namespace
 
 TEST_CASE("attention_calls: kvq's attention contract, called per run, equals the decode path") {
-  constexpr int tokens = 333, kv_heads = 3, q_heads = 9, D = 64;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> n01(0.0f, 1.0f);
-  std::vector<kvq::bf16> q(size_t(tokens) * q_heads * D), k(size_t(tokens) * kv_heads * D), v(k.size());
-  for (auto& x : q) x = kvq::bf16::from_float(n01(rng));
-  for (size_t i = 0; i < k.size(); ++i) {
-    const int c = int(i % D);
-    k[i] = kvq::bf16::from_float(n01(rng) * (c % 16 == 3 ? 12.0f : 1.5f) + (c == 5 ? 4.0f : 0.0f));
-    v[i] = kvq::bf16::from_float(n01(rng));
-  }
-  double overall = 0.0;
-  for (const char* format : {"none", "int8", "int4", "int2", "k4v2"})
-    for (int residual : {0, 32, 64})
-      for (int page : {16, 32}) {
-        CAPTURE(format);
-        CAPTURE(residual);
-        CAPTURE(page);
-        const CacheSpec dec = spec(format, residual, page, 16, 32);
-        const std::vector<float> a = run(dec, q, k, v, tokens, 37);
-        std::vector<float> b;
-        const auto body = [&](auto tag) {
-          b = run_calls<typename decltype(tag)::type>(dec, q, k, v, tokens, 37);
-          return kvq::Status::kSuccess;
-        };
-        REQUIRE((page == 16 ? kvq::dispatch(ConfigsP16{}, config_key(dec), body)
-                            : kvq::dispatch(ConfigsP32{}, config_key(dec), body)) == kvq::Status::kSuccess);
-        double worst = 0.0;
-        for (size_t e = 0; e < a.size(); ++e) worst = std::max(worst, double(std::fabs(a[e] - b[e])));
-        CHECK(worst < 2e-5);
-        overall = std::max(overall, worst);
-      }
-  MESSAGE("largest difference in any attention output: " << overall);
+  const RandomLayer layer(11);
+  check_paths_agree([&](const CacheSpec& s) { return run(s, layer, 37); },
+                    [&](const CacheSpec& s) {
+                      std::vector<float> out;
+                      const auto body = [&](auto tag) {
+                        out = run_calls<typename decltype(tag)::type>(s, layer, 37);
+                        return kvq::Status::kSuccess;
+                      };
+                      REQUIRE((s.page == 16 ? kvq::dispatch(ConfigsP16{}, config_key(s), body)
+                                            : kvq::dispatch(ConfigsP32{}, config_key(s), body)) == kvq::Status::kSuccess);
+                      return out;
+                    });
 }
