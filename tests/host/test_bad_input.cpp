@@ -275,8 +275,8 @@ TEST_CASE("bad input: attention rejects exactly the sequences whose rows lie out
   a.call.cu_q = {0, INT32_MAX, INT32_MIN};  // sequence 1: -(2^32 - 1) rows, +1 if narrowed to int32
   a.batch.cu_q = a.call.cu_q.data();
   CHECK(kvq::resolve_attention(a.view, a.batch, 1, Cfg::page).status == Status::kInvalidLength);
-  CHECK(kvq::batch_rows(a.batch.cu_q, 1) == int64_t(INT32_MIN) - INT32_MAX);
-  CHECK_FALSE(kvq::batch_rows_inside(a.batch.cu_q, 1, 2));
+  CHECK(kvq::batch_rows_of(a.batch.cu_q, 1, 2).count() == int64_t(INT32_MIN) - INT32_MAX);
+  CHECK_FALSE(kvq::batch_rows_of(a.batch.cu_q, 1, 2).inside());
 }
 
 // ---- dequantize_sequence -------------------------------------------------------------------------

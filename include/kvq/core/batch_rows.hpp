@@ -34,7 +34,4 @@ KVQ_HD BatchRows batch_rows_of(const int32_t* cu, int b, int batch) {
   return BatchRows{cu[b], cu[b + 1], last};
 }
 
-KVQ_HD int64_t batch_rows(const int32_t* cu, int b) { return int64_t(cu[b + 1]) - int64_t(cu[b]); }
-KVQ_HD bool batch_rows_inside(const int32_t* cu, int b, int batch) { return batch_rows_of(cu, b, batch).inside(); }
-
 KVQ_NAMESPACE_END

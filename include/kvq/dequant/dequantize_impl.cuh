@@ -161,8 +161,7 @@ KVQ_DEVICE void dequantize_blocks(const CacheView<typename Cfg::dtype>& v, const
     s.slot = v.hot_slot[b];
     s.status = check_lengths(s.len, s.cold, 0, v.residual, P, v.max_pages_per_seq);
     if (s.status == Status::kSuccess && (s.slot < 0 || s.slot >= v.num_slots)) s.status = Status::kInvalidHotSlot;
-    if (s.status == Status::kSuccess &&
-        (rows.count() < s.len || s.len > max_len || !rows.inside()))
+    if (s.status == Status::kSuccess && (rows.count() < s.len || s.len > max_len || !rows.inside()))
       s.status = Status::kInvalidShape;
   }
   __syncthreads();

@@ -65,8 +65,8 @@ Status attention(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<t
   const int group = a.num_q_heads / v.num_kv_heads;
   std::vector<float> k, val, logits;
   for (int b = 0; b < a.batch; ++b) {
-    const int64_t len = a.lengths.len[b];
-    const int64_t q0 = a.cu_q[b], q_len = batch_rows(a.cu_q, b);
+    const SeqAttention seq = resolve_attention(v, a, b, P);  // checked above
+    const int64_t len = seq.len, q0 = seq.q0, q_len = seq.q_len;
     for (int h = 0; h < v.num_kv_heads; ++h) {
       attention_operands<Cfg>(v, a, b, h, k, val);
       for (int g = 0; g < group; ++g) {
