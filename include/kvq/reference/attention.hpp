@@ -53,8 +53,9 @@ Status attention(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<t
   if (st == Status::kSuccess) st = check_attention_args(a, v.num_kv_heads);
   if (st != Status::kSuccess) return st;
   if (a.batch > 0 && !out) return Status::kNullPointer;
+  std::vector<SeqAttention> seqs(size_t(a.batch));  // batch >= 0: check_attention_args
   for (int b = 0; b < a.batch; ++b) {
-    const SeqAttention s = resolve_attention(v, a, b, P);
+    const SeqAttention& s = seqs[size_t(b)] = resolve_attention(v, a, b, P);
     if (s.status != Status::kSuccess) return s.status;
     const int64_t pool_end = std::min(s.cold, s.len);
     for (int64_t p = 0; p < (pool_end + P - 1) / P; ++p) {
@@ -65,8 +66,7 @@ Status attention(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<t
   const int group = a.num_q_heads / v.num_kv_heads;
   std::vector<float> k, val, logits;
   for (int b = 0; b < a.batch; ++b) {
-    const SeqAttention seq = resolve_attention(v, a, b, P);  // checked above
-    const int64_t len = seq.len, q0 = seq.q0, q_len = seq.q_len;
+    const int64_t len = seqs[size_t(b)].len, q0 = seqs[size_t(b)].q0, q_len = seqs[size_t(b)].q_len;
     for (int h = 0; h < v.num_kv_heads; ++h) {
       attention_operands<Cfg>(v, a, b, h, k, val);
       for (int g = 0; g < group; ++g) {
