@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""Issue model of one loop path of a kernel on one Hopper scheduler, without a GPU.
+
+usage: bench/sass_sim.py LISTING.sass FUNCTION_SUBSTRING RANGES [--warps N] [--steps S] ...
+
+RANGES: the path one warp runs per iteration, as address ranges of the listing in execution order,
+`a-b,c-d,...` (hex, both ends included); `!x-y` drops the instructions x..y of a range before it
+(a branch's skipped side). `auto`: the same for the innermost loop that holds an HMMA. Or `auto:HEAD-BRANCH`: walk from HEAD to the loop's backward branch at
+BRANCH, taking at each conditional branch the side that avoids a rare path: a branch is taken when
+the block it would skip (its fall-through, up to the next branch or branch target) holds a marker of a rare path (--rare: the
+softcap's MUFU.RCP, a global load, a -INF select of the ragged mask, the row-max reduction's
+SHFL.BFLY, a warp-divergence handler), else not taken; BRA.DIV is never taken. The listing must carry the control words (cuobjdump -sass prints each
+instruction's two 64-bit words); bench/sass_loops.py --blocks finds the blocks of a path.
+
+What it models (each instruction's control word is what ptxas wrote for it):
+- a warp issues in order; after an instruction it waits the instruction's stall count (ptxas's
+  cycles for fixed-latency results: ALU, FMA and the tensor core's accumulators), and an
+  instruction whose wait mask names a scoreboard waits until every instruction that set that
+  scoreboard has completed (variable latency: shared-memory loads, shuffles, MUFU, movmatrix; the
+  latencies below are assumptions, `--lat OP=cycles` changes them);
+- the scheduler issues at most one instruction a cycle: by default from the warp that issued last
+  while it can, else from the oldest that can (greedy-then-oldest; `--policy lrr`: round robin);
+- pipes take an instruction for several cycles (per scheduler: ALU 2, FMA-heavy 2 for IMAD,
+  FP32/FP16 on either FMA pipe 2, MUFU 8, tensor core `--hmma` cycles an HMMA.16816,
+  shared memory 32 bytes a cycle, i.e. a quarter of the multiprocessor's 128);
+- every copy has arrived (DEPBAR does not wait): the model is the loop's math, as the
+  same-page build measured it (bench/NOTES.md, run f3 of the session of 15:34).
+Prints cycles per iteration per warp-step (`--steps`: steps in one iteration of the path), the
+issue utilisation and each pipe's, for 1..N warps. Use it to compare two builds of one loop: its
+absolute numbers rest on the assumed latencies and pipe rates."""
+import argparse
+import re
+
+ap = argparse.ArgumentParser()
+ap.add_argument("listing")
+ap.add_argument("function")
+ap.add_argument("ranges", help="a-b,c-d,... (hex), or auto:HEAD-BRANCH (see above)")
+ap.add_argument("--warps", type=int, default=4, help="warps on the scheduler (at most)")
+ap.add_argument("--steps", type=float, default=1.0, help="steps (e.g. 2-tile steps) in one iteration of the path")
+ap.add_argument("--iters", type=int, default=40, help="iterations each warp runs")
+ap.add_argument("--hmma", type=float, default=8.0, help="tensor-core cycles of one HMMA.16816 on a scheduler")
+ap.add_argument("--policy", choices=["gto", "lrr", "lockstep"], default="gto",
+                help="gto: the last warp while it can issue, else the oldest (lowest index); lrr: round robin "
+                     "from the last one; lockstep: the warp with the fewest instructions issued")
+ap.add_argument("--lat", action="append", default=[], help="OP=cycles: latency of a variable-latency opcode prefix")
+ap.add_argument("--rare", default=r"MUFU\.RCP|LDG\.|-INF\s*,\s*!?P|SHFL\.BFLY|WARPSYNC\.COLLECTIVE",
+                help="regex of instructions that mark a rare path (auto paths)")
+ap.add_argument("--stagger", type=int, default=1, help="cycles between the warps' starts")
+ap.add_argument("--hist", action="store_true", help="print the path's opcode counts")
+ap.add_argument("--list", action="store_true", help="print the path's instructions with their control words")
+args = ap.parse_args()
+
+# Variable-latency results (cycles from issue until the scoreboard is released).
+LAT = {"LDS": 30, "LDSM": 30, "SHFL": 28, "MUFU": 20, "MOVM": 24, "S2R": 30, "S2UR": 30, "LDG": 600, "LDL": 40,
+       "LDC": 30, "VOTE": 8, "LDGSTS": 12, "STS": 12, "STL": 12, "I2F": 12, "F2I": 12, "BAR": 20, "REDUX": 30}
+for kv in args.lat:
+    k, v = kv.split("=")
+    LAT[k] = float(v)
+READ_LAT = 4  # cycles until a read scoreboard (source registers consumed) is released
+
+
+def var_latency(op):
+    for k in sorted(LAT, key=len, reverse=True):
+        if op.startswith(k):
+            return LAT[k]
+    return 6
+
+
+def pipe_of(op):
+    """(pipe, cycles) an instruction holds on this scheduler."""
+    base = op.split(".")[0]
+    if base == "HMMA":
+        return "tensor", args.hmma
+    if base == "MUFU":
+        return "mufu", 8
+    if base in ("LDS", "STS", "LDSM", "SHFL", "MOVM", "LDGSTS", "STL", "LDL", "ATOMS"):
+        width = 16 if ".128" in op else 8 if ".64" in op else 4
+        if base in ("LDGSTS",):
+            width = 16
+        return "mio", 32 * width / 32  # bytes / (32 bytes a cycle)
+    if base.startswith("IMAD") or base in ("IMUL",):
+        return "fmaheavy", 2
+    if base in ("FFMA", "FMUL", "FADD", "HMUL2", "HFMA2", "HADD2", "FFMA2", "F2FP", "FSWZADD"):
+        return "fp", 2
+    if base in ("LOP3", "SHF", "PRMT", "ISETP", "FSETP", "FMNMX", "FSEL", "SEL", "IADD3", "LEA", "PLOP3", "IMNMX",
+                "VIADD", "IABS", "POPC", "FLO", "BMSK", "SGXT", "LOP", "SHL", "SHR", "HSETP2", "VIMNMX", "P2R", "R2P",
+                "FCHK"):
+        return "alu", 2
+    return "other", 1
+
+
+functions, current, pending = {}, None, None
+for line in open(args.listing):
+    m = re.search(r"Function : (\S+)", line)
+    if m:
+        current = m.group(1)
+        functions[current] = []
+        continue
+    m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);\s*/\* (0x[0-9a-f]+) \*/", line)
+    if current and m:
+        pending = [int(m.group(1), 16), m.group(2).strip(), int(m.group(3), 16)]
+        continue
+    m = re.match(r"\s*/\* (0x[0-9a-f]+) \*/", line)
+    if current and pending and m:
+        addr, text, _lo = pending
+        c = int(m.group(1), 16) >> 41
+        functions[current].append(dict(addr=addr, text=text, stall=c & 15, wbar=(c >> 5) & 7, rbar=(c >> 8) & 7,
+                                        wait=(c >> 11) & 63))
+        pending = None
+
+names = [f for f in functions if args.function in f]
+if not names:
+    raise SystemExit(f"no function matches {args.function!r}")
+ins = functions[names[0]]
+by_addr = {x["addr"]: i for i, x in enumerate(ins)}
+
+def opcode_of(text):
+    return re.sub(r"^@!?U?P\w+\s+", "", text).split(" ")[0]
+
+
+RARE = re.compile(args.rare)
+
+
+def auto_path(head, branch):
+    """The common path of one iteration from head to the backward branch (see the usage)."""
+    idx = {x["addr"]: i for i, x in enumerate(ins)}
+    targets = sorted({int(m.group(1), 16) for x in ins for m in [re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", x["text"])] if m})
+    tset = set(targets)
+    out, i, guard = [], idx[head], 0
+    while True:
+        guard += 1
+        if guard > 100000:
+            raise SystemExit("auto path: no end")
+        x = ins[i]
+        out.append(x)
+        if x["addr"] == branch:
+            return out
+        op = opcode_of(x["text"])
+        m = re.search(r"(0x[0-9a-f]+)\s*$", x["text"])
+        if op.startswith("BRA") and not op.startswith("BRA.DIV") and m:
+            tgt = int(m.group(1), 16)
+            if not x["text"].startswith("@"):
+                i = idx[tgt]
+                continue
+            # conditional: the fall-through block, the code skipped if taken (up to the next branch
+            # or branch target)
+            skipped = []
+            for y in ins[i + 1:]:
+                if y["addr"] in tset or y["addr"] >= tgt:
+                    break
+                skipped.append(y["text"])
+                if opcode_of(y["text"]).startswith("BRA") and not opcode_of(y["text"]).startswith("BRA.DIV"):
+                    break
+            if tgt > x["addr"] and any(RARE.search(t) for t in skipped):
+                i = idx[tgt]
+                continue
+        i += 1
+
+
+path = []
+parts = [] if args.ranges.startswith("auto") else args.ranges.split(",")
+if args.ranges == "auto":  # the innermost loop that holds an HMMA (not out-of-line code past the last EXIT)
+    loops = []
+    last_exit = max((x["addr"] for x in ins if opcode_of(x["text"]) == "EXIT"), default=1 << 62)
+    for x in ins:
+        if x["addr"] > last_exit:
+            break
+        m = re.search(r"\bBRA\b\s+(0x[0-9a-f]+)\s*$", x["text"])
+        if m and int(m.group(1), 16) < x["addr"] and not opcode_of(x["text"]).startswith("BRA.DIV"):
+            h = int(m.group(1), 16)
+            if any(h <= y["addr"] <= x["addr"] and opcode_of(y["text"]).startswith("HMMA") for y in ins):
+                loops.append((x["addr"] - h, h, x["addr"]))
+    if not loops:
+        raise SystemExit("auto: no loop with an HMMA")
+    _, h, b = min(loops)
+    print(f"auto: loop {h:#x}-{b:#x}")
+    path = auto_path(h, b)
+elif args.ranges.startswith("auto:"):
+    h, b = (int(v, 16) for v in args.ranges[5:].split("-"))
+    path = auto_path(h, b)
+for part in parts:
+    part = part.strip()
+    a, b = (int(x, 16) for x in part.lstrip("!").split("-"))
+    if part.startswith("!"):
+        path = [x for x in path if not (a <= x["addr"] <= b)]
+        continue
+    path += [x for x in ins if a <= x["addr"] <= b]
+if not path:
+    raise SystemExit("empty path")
+for x in path:
+    op = re.sub(r"^@!?U?P\w+\s+", "", x["text"]).split(" ")[0]
+    x["op"] = op
+    x["pipe"], x["occ"] = pipe_of(op)
+    x["lat"] = var_latency(op)
+if args.hist:
+    counts = {}
+    for x in path:
+        counts[x["op"]] = counts.get(x["op"], 0) + 1
+    print(", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
+if args.list:
+    for x in path:
+        print(f"{x['addr']:6x} s{x['stall']:2d} w{x['wbar']} r{x['rbar']} m{x['wait']:06b} {x['pipe']:8s} {x['text']}")
+
+
+def simulate(nw):
+    n = len(path)
+    total = n * args.iters
+    pc = [0] * nw                    # instructions issued so far per warp
+    ready = [w * args.stagger for w in range(nw)]  # earliest cycle of the next issue (staggered start)
+    sb = [[0.0] * 6 for _ in range(nw)]  # scoreboard release cycle per warp
+    pipe_free = {}
+    busy = {}
+    cycle, issued, last = 0, 0, -1
+    why = {}
+    while min(pc) < total:
+        order = list(range(nw))
+        if args.policy == "lrr" and last >= 0:
+            order = order[last + 1:] + order[:last + 1]
+        elif args.policy == "gto" and last >= 0:
+            order = [last] + [w for w in order if w != last]
+        elif args.policy == "lockstep":
+            order.sort(key=lambda w: pc[w])
+        chosen = None
+        for w in order:
+            if pc[w] >= total or ready[w] > cycle:
+                continue
+            x = path[pc[w] % n]
+            if any(x["wait"] >> b & 1 and sb[w][b] > cycle for b in range(6)):
+                continue
+            if pipe_free.get(x["pipe"], 0) > cycle:
+                continue
+            chosen = w
+            break
+        if chosen is None:
+            # why the warp issued from last (or the first) could not: its stall count, a
+            # scoreboard, or a busy pipe (a warp with nothing left counts as none)
+            w = last if last >= 0 and pc[last] < total else next(v for v in range(nw) if pc[v] < total)
+            x = path[pc[w] % n]
+            if ready[w] > cycle:
+                why["stall"] = why.get("stall", 0) + 1
+            elif any(x["wait"] >> b & 1 and sb[w][b] > cycle for b in range(6)):
+                why["scoreboard"] = why.get("scoreboard", 0) + 1
+            else:
+                why["pipe"] = why.get("pipe", 0) + 1
+            cycle += 1
+            continue
+        w = chosen
+        x = path[pc[w] % n]
+        if x["pipe"] != "other":
+            pipe_free[x["pipe"]] = cycle + x["occ"]
+            busy[x["pipe"]] = busy.get(x["pipe"], 0) + x["occ"]
+        if x["wbar"] < 6:
+            sb[w][x["wbar"]] = max(sb[w][x["wbar"]], cycle + x["lat"])
+        if x["rbar"] < 6:
+            sb[w][x["rbar"]] = max(sb[w][x["rbar"]], cycle + READ_LAT)
+        ready[w] = cycle + max(1, x["stall"])
+        pc[w] += 1
+        issued += 1
+        last = w
+        cycle += 1
+    return cycle, issued, busy, why
+
+
+print(f"{names[0][:90]}...: path of {len(path)} instructions, {args.steps:g} steps an iteration")
+for nw in range(1, args.warps + 1):
+    cycles, issued, busy, why = simulate(nw)
+    steps = nw * args.iters * args.steps
+    pipes = ", ".join(f"{p} {100 * c / cycles:.0f} %" for p, c in sorted(busy.items()))
+    idle = ", ".join(f"{k} {100 * v / cycles:.0f} %" for k, v in sorted(why.items()))
+    print(f"  {nw} warps: {cycles / steps:7.1f} cycles a step, issue {100 * issued / cycles:5.1f} %; pipes: {pipes}; "
+          f"no issue (the last warp's reason): {idle}")
