@@ -20,9 +20,10 @@ What it models (each instruction's control word is what ptxas wrote for it):
   latencies below are assumptions, `--lat OP=cycles` changes them);
 - the scheduler issues at most one instruction a cycle: by default from the warp that issued last
   while it can, else from the oldest that can (greedy-then-oldest; `--policy lrr`: round robin);
-- pipes take an instruction for several cycles (per scheduler: ALU 2, FMA-heavy 2 for IMAD,
-  FP32/FP16 on either FMA pipe 2, MUFU 8, tensor core `--hmma` cycles an HMMA.16816,
-  shared memory 32 bytes a cycle, i.e. a quarter of the multiprocessor's 128);
+- pipes take an instruction for several cycles (per scheduler: ALU 2; IMAD 2 on the FMA-heavy
+  pipe; FP32 / FP16 2 on either FMA pipe, heavy or lite; MUFU 8; tensor core `--hmma` cycles an
+  HMMA.16816; shared memory 32 bytes a cycle, a quarter of the multiprocessor's 128, charged at
+  32 lanes x the access width: a broadcast load costs less on the GPU than here);
 - every copy has arrived (DEPBAR does not wait): the model is the loop's math, as the
   same-page build measured it (bench/NOTES.md, run f3 of the session of 15:34).
 Prints cycles per iteration per warp-step (`--steps`: steps in one iteration of the path), the
@@ -45,7 +46,9 @@ ap.add_argument("--policy", choices=["gto", "lrr", "lockstep"], default="gto",
 ap.add_argument("--lat", action="append", default=[], help="OP=cycles: latency of a variable-latency opcode prefix")
 ap.add_argument("--rare", default=r"MUFU\.RCP|LDG\.|-INF\s*,\s*!?P|SHFL\.BFLY|WARPSYNC\.COLLECTIVE",
                 help="regex of instructions that mark a rare path (auto paths)")
-ap.add_argument("--stagger", type=int, default=1, help="cycles between the warps' starts")
+ap.add_argument("--stagger", default="1,13,97,331",
+                help="cycles between the warps' starts; a comma list runs each and reports the mean (the model's "
+                     "noise: the spread between them is a few %%)")
 ap.add_argument("--hist", action="store_true", help="print the path's opcode counts")
 ap.add_argument("--list", action="store_true", help="print the path's instructions with their control words")
 args = ap.parse_args()
@@ -67,26 +70,26 @@ def var_latency(op):
 
 
 def pipe_of(op):
-    """(pipe, cycles) an instruction holds on this scheduler."""
+    """(pipes it may use, cycles it holds one) on this scheduler."""
     base = op.split(".")[0]
     if base == "HMMA":
-        return "tensor", args.hmma
+        return ("tensor",), args.hmma
     if base == "MUFU":
-        return "mufu", 8
+        return ("mufu",), 8
     if base in ("LDS", "STS", "LDSM", "SHFL", "MOVM", "LDGSTS", "STL", "LDL", "ATOMS"):
         width = 16 if ".128" in op else 8 if ".64" in op else 4
         if base in ("LDGSTS",):
             width = 16
-        return "mio", 32 * width / 32  # bytes / (32 bytes a cycle)
+        return ("mio",), 32 * width / 32  # bytes / (32 bytes a cycle)
     if base.startswith("IMAD") or base in ("IMUL",):
-        return "fmaheavy", 2
+        return ("fmaheavy",), 2
     if base in ("FFMA", "FMUL", "FADD", "HMUL2", "HFMA2", "HADD2", "FFMA2", "F2FP", "FSWZADD"):
-        return "fp", 2
+        return ("fmaheavy", "fmalite"), 2
     if base in ("LOP3", "SHF", "PRMT", "ISETP", "FSETP", "FMNMX", "FSEL", "SEL", "IADD3", "LEA", "PLOP3", "IMNMX",
                 "VIADD", "IABS", "POPC", "FLO", "BMSK", "SGXT", "LOP", "SHL", "SHR", "HSETP2", "VIMNMX", "P2R", "R2P",
                 "FCHK"):
-        return "alu", 2
-    return "other", 1
+        return ("alu",), 2
+    return (), 1
 
 
 functions, current, pending = {}, None, None
@@ -112,7 +115,7 @@ names = [f for f in functions if args.function in f]
 if not names:
     raise SystemExit(f"no function matches {args.function!r}")
 ins = functions[names[0]]
-by_addr = {x["addr"]: i for i, x in enumerate(ins)}
+
 
 def opcode_of(text):
     return re.sub(r"^@!?U?P\w+\s+", "", text).split(" ")[0]
@@ -188,10 +191,9 @@ for part in parts:
 if not path:
     raise SystemExit("empty path")
 for x in path:
-    op = re.sub(r"^@!?U?P\w+\s+", "", x["text"]).split(" ")[0]
-    x["op"] = op
-    x["pipe"], x["occ"] = pipe_of(op)
-    x["lat"] = var_latency(op)
+    x["op"] = opcode_of(x["text"])
+    x["pipes"], x["occ"] = pipe_of(x["op"])
+    x["lat"] = var_latency(x["op"])
 if args.hist:
     counts = {}
     for x in path:
@@ -199,14 +201,15 @@ if args.hist:
     print(", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
 if args.list:
     for x in path:
-        print(f"{x['addr']:6x} s{x['stall']:2d} w{x['wbar']} r{x['rbar']} m{x['wait']:06b} {x['pipe']:8s} {x['text']}")
+        print(f"{x['addr']:6x} s{x['stall']:2d} w{x['wbar']} r{x['rbar']} m{x['wait']:06b} {'/'.join(x['pipes']) or '-':17s} "
+              f"{x['text']}")
 
 
-def simulate(nw):
+def simulate(nw, stagger):
     n = len(path)
     total = n * args.iters
     pc = [0] * nw                    # instructions issued so far per warp
-    ready = [w * args.stagger for w in range(nw)]  # earliest cycle of the next issue (staggered start)
+    ready = [w * stagger for w in range(nw)]  # earliest cycle of the next issue (staggered start)
     sb = [[0.0] * 6 for _ in range(nw)]  # scoreboard release cycle per warp
     pipe_free = {}
     busy = {}
@@ -227,7 +230,7 @@ def simulate(nw):
             x = path[pc[w] % n]
             if any(x["wait"] >> b & 1 and sb[w][b] > cycle for b in range(6)):
                 continue
-            if pipe_free.get(x["pipe"], 0) > cycle:
+            if x["pipes"] and all(pipe_free.get(p, 0) > cycle for p in x["pipes"]):
                 continue
             chosen = w
             break
@@ -241,14 +244,15 @@ def simulate(nw):
             elif any(x["wait"] >> b & 1 and sb[w][b] > cycle for b in range(6)):
                 why["scoreboard"] = why.get("scoreboard", 0) + 1
             else:
-                why["pipe"] = why.get("pipe", 0) + 1
+                why["pipe " + x["pipes"][0]] = why.get("pipe " + x["pipes"][0], 0) + 1
             cycle += 1
             continue
         w = chosen
         x = path[pc[w] % n]
-        if x["pipe"] != "other":
-            pipe_free[x["pipe"]] = cycle + x["occ"]
-            busy[x["pipe"]] = busy.get(x["pipe"], 0) + x["occ"]
+        if x["pipes"]:
+            p = next(p for p in x["pipes"] if pipe_free.get(p, 0) <= cycle)
+            pipe_free[p] = cycle + x["occ"]
+            busy[p] = busy.get(p, 0) + x["occ"]
         if x["wbar"] < 6:
             sb[w][x["wbar"]] = max(sb[w][x["wbar"]], cycle + x["lat"])
         if x["rbar"] < 6:
@@ -262,10 +266,20 @@ def simulate(nw):
 
 
 print(f"{names[0][:90]}...: path of {len(path)} instructions, {args.steps:g} steps an iteration")
+staggers = [int(v) for v in args.stagger.split(",")]
 for nw in range(1, args.warps + 1):
-    cycles, issued, busy, why = simulate(nw)
+    runs = [simulate(nw, st) for st in staggers]
+    cycles = sum(r[0] for r in runs) / len(runs)
+    issued = sum(r[1] for r in runs) / len(runs)
+    busy, why = {}, {}
+    for r in runs:
+        for k, v in r[2].items():
+            busy[k] = busy.get(k, 0) + v / len(runs)
+        for k, v in r[3].items():
+            why[k] = why.get(k, 0) + v / len(runs)
     steps = nw * args.iters * args.steps
+    spread = (max(r[0] for r in runs) - min(r[0] for r in runs)) / steps
     pipes = ", ".join(f"{p} {100 * c / cycles:.0f} %" for p, c in sorted(busy.items()))
-    idle = ", ".join(f"{k} {100 * v / cycles:.0f} %" for k, v in sorted(why.items()))
-    print(f"  {nw} warps: {cycles / steps:7.1f} cycles a step, issue {100 * issued / cycles:5.1f} %; pipes: {pipes}; "
-          f"no issue (the last warp's reason): {idle}")
+    idle = ", ".join(f"{k} {100 * v / cycles:.0f} %" for k, v in sorted(why.items()) if 100 * v / cycles >= 0.5)
+    print(f"  {nw} warps: {cycles / steps:7.1f} cycles a step (spread {spread:.1f}), issue {100 * issued / cycles:5.1f} %; "
+          f"pipes: {pipes}; no issue (the last warp's reason): {idle}")
