@@ -3,14 +3,21 @@
 
 usage: bench/sass_sim.py LISTING.sass FUNCTION_SUBSTRING RANGES [--warps N] [--steps S] ...
 
-RANGES: the path one warp runs per iteration, as address ranges of the listing in execution order,
-`a-b,c-d,...` (hex, both ends included); `!x-y` drops the instructions x..y of a range before it
-(a branch's skipped side). `auto`: the same for the innermost loop that holds an HMMA. Or `auto:HEAD-BRANCH`: walk from HEAD to the loop's backward branch at
-BRANCH, taking at each conditional branch the side that avoids a rare path: a branch is taken when
-the block it would skip (its fall-through, up to the next branch or branch target) holds a marker of a rare path (--rare: the
-softcap's MUFU.RCP, a global load, a -INF select of the ragged mask, the row-max reduction's
-SHFL.BFLY, a warp-divergence handler), else not taken; BRA.DIV is never taken. The listing must carry the control words (cuobjdump -sass prints each
-instruction's two 64-bit words); bench/sass_loops.py --blocks finds the blocks of a path.
+RANGES: the path one warp runs per iteration, in execution order:
+- `a-b,c-d,...`: address ranges of the listing (hex, both ends included); `!x-y` drops the
+  instructions x..y of a range before it (a branch's skipped side);
+- `auto:HEAD-BRANCH`: the walk from HEAD to the loop's backward branch at BRANCH that takes, at each
+  conditional branch, the side that avoids a rare path: the branch is taken when the block it would
+  skip (its fall-through, up to the next branch or branch target) holds a marker of a rare path
+  (--rare: the softcap's MUFU.RCP, a global load, a -INF select of the ragged mask, the row-max
+  reduction's SHFL.BFLY, a warp-divergence handler), else not; BRA.DIV is never taken;
+- `auto`: the same for the innermost loop that holds an HMMA (not counting out-of-line code past
+  the last EXIT).
+The listing must carry the control words (cuobjdump -sass prints each instruction's two 64-bit
+words); bench/sass_loops.py --blocks lists the blocks a path goes through, --list here the path.
+Example (the decode benchmark's INT2 unit, built as bench/sass_loops.py says; the single-row-tile
+kernel at 4 warps a scheduler, one macro-iteration = two 2-tile steps):
+  bench/sass_sim.py /tmp/k.sass 'IntAsymILi2ELi32EEES6_EELi1E' auto --steps 2 --warps 4
 
 What it models (each instruction's control word is what ptxas wrote for it):
 - a warp issues in order; after an instruction it waits the instruction's stall count (ptxas's
@@ -35,7 +42,7 @@ import re
 ap = argparse.ArgumentParser()
 ap.add_argument("listing")
 ap.add_argument("function")
-ap.add_argument("ranges", help="a-b,c-d,... (hex), or auto:HEAD-BRANCH (see above)")
+ap.add_argument("ranges", help="a-b,c-d,... (hex), auto:HEAD-BRANCH or auto (see above)")
 ap.add_argument("--warps", type=int, default=4, help="warps on the scheduler (at most)")
 ap.add_argument("--steps", type=float, default=1.0, help="steps (e.g. 2-tile steps) in one iteration of the path")
 ap.add_argument("--iters", type=int, default=40, help="iterations each warp runs")
