@@ -25,6 +25,8 @@ import argparse
 import collections
 import re
 
+from sass_listing import opcode, read_functions
+
 ap = argparse.ArgumentParser()
 ap.add_argument("listing")
 ap.add_argument("function")
@@ -33,19 +35,7 @@ ap.add_argument("--top", type=int, default=20, help="opcodes to list per loop")
 ap.add_argument("--blocks", type=int, help="list the basic blocks of at least this many instructions instead")
 args = ap.parse_args()
 
-functions, current = {}, None
-for line in open(args.listing):
-    m = re.search(r"Function : (\S+)", line)
-    if m:
-        current = m.group(1)
-        functions[current] = []
-        continue
-    m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-    if current and m:
-        functions[current].append((int(m.group(1), 16), m.group(2).strip()))
-
-def opcode(text):
-    return re.sub(r"^@!?U?P\w+\s+", "", text).split(" ")[0]
+functions = {name: [(x["addr"], x["text"]) for x in ins] for name, ins in read_functions(args.listing).items()}
 
 
 def blocks(ins):

@@ -39,6 +39,8 @@ absolute numbers rest on the assumed latencies and pipe rates."""
 import argparse
 import re
 
+from sass_listing import opcode as opcode_of, read_functions
+
 ap = argparse.ArgumentParser()
 ap.add_argument("listing")
 ap.add_argument("function")
@@ -99,33 +101,11 @@ def pipe_of(op):
     return (), 1
 
 
-functions, current, pending = {}, None, None
-for line in open(args.listing):
-    m = re.search(r"Function : (\S+)", line)
-    if m:
-        current = m.group(1)
-        functions[current] = []
-        continue
-    m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);\s*/\* (0x[0-9a-f]+) \*/", line)
-    if current and m:
-        pending = [int(m.group(1), 16), m.group(2).strip(), int(m.group(3), 16)]
-        continue
-    m = re.match(r"\s*/\* (0x[0-9a-f]+) \*/", line)
-    if current and pending and m:
-        addr, text, _lo = pending
-        c = int(m.group(1), 16) >> 41
-        functions[current].append(dict(addr=addr, text=text, stall=c & 15, wbar=(c >> 5) & 7, rbar=(c >> 8) & 7,
-                                        wait=(c >> 11) & 63))
-        pending = None
-
+functions = read_functions(args.listing)
 names = [f for f in functions if args.function in f]
 if not names:
     raise SystemExit(f"no function matches {args.function!r}")
 ins = functions[names[0]]
-
-
-def opcode_of(text):
-    return re.sub(r"^@!?U?P\w+\s+", "", text).split(" ")[0]
 
 
 RARE = re.compile(args.rare)
@@ -197,6 +177,8 @@ for part in parts:
     path += [x for x in ins if a <= x["addr"] <= b]
 if not path:
     raise SystemExit("empty path")
+if any("stall" not in x for x in path):
+    raise SystemExit("the listing carries no control words (cuobjdump -sass prints them: a second /* 0x... */ line)")
 for x in path:
     x["op"] = opcode_of(x["text"])
     x["pipes"], x["occ"] = pipe_of(x["op"])
