@@ -19,23 +19,31 @@
 KVQ_NAMESPACE_BEGIN
 namespace reference {
 
-// K and V of one sequence and KV head as the attention sees them: [len + q_len][head_dim] fp32.
-// Token sources come from token_ref (attention/token_source.hpp), the function the kernels use;
-// pages turning cold in this step are quantized into `transition` with the append's encoder.
+// The records of sequence s's pages turning cold in this step (all KV heads), quantized with the
+// append's encoder into `transition`: [pages][num_kv_heads][record_bytes], from page s.cold / P.
 template <class Cfg>
-void attention_operands(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
-                        int b, int h, std::vector<float>& k, std::vector<float>& val) {
-  constexpr int D = Cfg::head_dim, P = Cfg::page;
-  const SeqAttention s = resolve_attention(v, a, b, P);
-  const int64_t tokens = s.len + s.q_len;
-  k.assign(size_t(tokens) * D, 0.0f);
-  val.assign(size_t(tokens) * D, 0.0f);
+void transition_records(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
+                        const SeqAttention& s, std::vector<uint8_t>& transition) {
+  constexpr int P = Cfg::page;
   const int64_t first = s.cold / P, end = transition_pages_end(s, P);
-  std::vector<uint8_t> transition(size_t(end > first ? end - first : 0) * v.num_kv_heads * Cfg::record_bytes);
+  transition.assign(size_t(end > first ? end - first : 0) * v.num_kv_heads * Cfg::record_bytes, 0);
   uint32_t ignored = 0;  // sanitisation is reported by the append that stores the page
   for (int64_t p = first; p < end; ++p)
     encode_page<Cfg>(v, a.new_k, a.new_v, as_append(s), p,
                      transition.data() + record_offset(p - first, 0, v.num_kv_heads, Cfg::record_bytes), ignored);
+}
+
+// K and V of sequence b (resolved as s) and KV head h as the attention sees them:
+// [len + q_len][head_dim] fp32. Token sources come from token_ref (attention/token_source.hpp), the
+// function the kernels use; `transition` holds the sequence's transition_records.
+template <class Cfg>
+void attention_operands(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
+                        const SeqAttention& s, const std::vector<uint8_t>& transition, int b, int h,
+                        std::vector<float>& k, std::vector<float>& val) {
+  constexpr int D = Cfg::head_dim, P = Cfg::page;
+  const int64_t tokens = s.len + s.q_len;
+  k.assign(size_t(tokens) * D, 0.0f);
+  val.assign(size_t(tokens) * D, 0.0f);
   for (int64_t t = 0; t < tokens; ++t) {
     const TokenRef<typename Cfg::dtype> ref = token_ref(v, a, b, h, s, t, P, D, Cfg::record_bytes, transition.data());
     for (int c = 0; c < D; ++c) {
@@ -43,6 +51,17 @@ void attention_operands(const CacheView<typename Cfg::dtype>& v, const Attention
       val[size_t(t) * D + c] = token_value<Cfg>(ref, c);
     }
   }
+}
+
+// The same for one (sequence, KV head) on its own: resolves the sequence and quantizes its
+// transition pages first.
+template <class Cfg>
+void attention_operands(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
+                        int b, int h, std::vector<float>& k, std::vector<float>& val) {
+  const SeqAttention s = resolve_attention(v, a, b, Cfg::page);
+  std::vector<uint8_t> transition;
+  transition_records<Cfg>(v, a, s, transition);
+  attention_operands<Cfg>(v, a, s, transition, b, h, k, val);
 }
 
 // out: [cu_q[batch]][num_q_heads][head_dim] fp32.
@@ -65,10 +84,13 @@ Status attention(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<t
   }
   const int group = a.num_q_heads / v.num_kv_heads;
   std::vector<float> k, val, logits;
+  std::vector<uint8_t> transition;
   for (int b = 0; b < a.batch; ++b) {
-    const int64_t len = seqs[size_t(b)].len, q0 = seqs[size_t(b)].q0, q_len = seqs[size_t(b)].q_len;
+    const SeqAttention& seq = seqs[size_t(b)];
+    const int64_t len = seq.len, q0 = seq.q0, q_len = seq.q_len;
+    transition_records<Cfg>(v, a, seq, transition);  // once for all KV heads
     for (int h = 0; h < v.num_kv_heads; ++h) {
-      attention_operands<Cfg>(v, a, b, h, k, val);
+      attention_operands<Cfg>(v, a, seq, transition, b, h, k, val);
       for (int g = 0; g < group; ++g) {
         const int hq = h * group + g;
         for (int64_t i = 0; i < q_len; ++i) {
