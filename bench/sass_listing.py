@@ -31,3 +31,15 @@ def read_functions(path):
 def opcode(text):
     """The opcode of an instruction's text, without its predicate."""
     return re.sub(r"^@!?U?P\w+\s+", "", text).split(" ")[0]
+
+
+def branch_target(text):
+    """The target address of a BRA (BRA.DIV included; is_jump tells them apart), else None."""
+    m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)\s*$", text)
+    return int(m.group(1), 16) if m else None
+
+
+def is_jump(text):
+    """A branch the warp can take: BRA, not BRA.DIV (the divergence handler's test)."""
+    op = opcode(text)
+    return op.startswith("BRA") and not op.startswith("BRA.DIV")

@@ -25,7 +25,7 @@ import argparse
 import collections
 import re
 
-from sass_listing import opcode, read_functions
+from sass_listing import branch_target, opcode, read_functions
 
 ap = argparse.ArgumentParser()
 ap.add_argument("listing")
@@ -71,9 +71,9 @@ for name, ins in functions.items():
         continue
     loops = []
     for addr, text in ins:
-        m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
-        if m and int(m.group(1), 16) < addr:
-            loops.append((int(m.group(1), 16), addr))
+        target = branch_target(text)
+        if target is not None and target < addr:
+            loops.append((target, addr))
     for start, end in sorted(loops, key=lambda x: x[0] - x[1])[: args.loops]:
         body = [t for a, t in ins if start <= a <= end]
         ops = collections.Counter(opcode(t) for t in body)

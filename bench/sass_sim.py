@@ -39,7 +39,7 @@ absolute numbers rest on the assumed latencies and pipe rates."""
 import argparse
 import re
 
-from sass_listing import opcode as opcode_of, read_functions
+from sass_listing import branch_target, is_jump, opcode as opcode_of, read_functions
 
 ap = argparse.ArgumentParser()
 ap.add_argument("listing")
@@ -114,8 +114,7 @@ RARE = re.compile(args.rare)
 def auto_path(head, branch):
     """The common path of one iteration from head to the backward branch (see the usage)."""
     idx = {x["addr"]: i for i, x in enumerate(ins)}
-    targets = sorted({int(m.group(1), 16) for x in ins for m in [re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", x["text"])] if m})
-    tset = set(targets)
+    tset = {t for t in (branch_target(x["text"]) for x in ins) if t is not None}
     out, i, guard = [], idx[head], 0
     while True:
         guard += 1
@@ -125,10 +124,8 @@ def auto_path(head, branch):
         out.append(x)
         if x["addr"] == branch:
             return out
-        op = opcode_of(x["text"])
-        m = re.search(r"(0x[0-9a-f]+)\s*$", x["text"])
-        if op.startswith("BRA") and not op.startswith("BRA.DIV") and m:
-            tgt = int(m.group(1), 16)
+        tgt = branch_target(x["text"])
+        if is_jump(x["text"]) and tgt is not None:
             if not x["text"].startswith("@"):
                 i = idx[tgt]
                 continue
@@ -139,7 +136,7 @@ def auto_path(head, branch):
                 if y["addr"] in tset or y["addr"] >= tgt:
                     break
                 skipped.append(y["text"])
-                if opcode_of(y["text"]).startswith("BRA") and not opcode_of(y["text"]).startswith("BRA.DIV"):
+                if is_jump(y["text"]):
                     break
             if tgt > x["addr"] and any(RARE.search(t) for t in skipped):
                 i = idx[tgt]
@@ -155,9 +152,8 @@ if args.ranges == "auto":  # the innermost loop that holds an HMMA (not out-of-l
     for x in ins:
         if x["addr"] > last_exit:
             break
-        m = re.search(r"\bBRA\b\s+(0x[0-9a-f]+)\s*$", x["text"])
-        if m and int(m.group(1), 16) < x["addr"] and not opcode_of(x["text"]).startswith("BRA.DIV"):
-            h = int(m.group(1), 16)
+        h = branch_target(x["text"])
+        if h is not None and h < x["addr"] and is_jump(x["text"]):
             if any(h <= y["addr"] <= x["addr"] and opcode_of(y["text"]).startswith("HMMA") for y in ins):
                 loops.append((x["addr"] - h, h, x["addr"]))
     if not loops:
