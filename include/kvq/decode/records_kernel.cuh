@@ -10,6 +10,8 @@
 //   S^T (16 tokens x 8 rows)  = K_tile . Q^T     mma.m16n8k16, keys as A, fp32 accumulators
 //   online softmax per row over the step's tokens (max by shuffles), P^T transposed by movmatrix
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
+// software-pipelined by one step: a step's values are computed together with the next step's
+// logits (one basic block), and a stage's key and value parts are refilled separately.
 // Keys: INT2/INT4 codes enter an fp16 mma as exact (offset + code) pairs (a shift shared by
 // two pairs and one LOP3, quant/offset_code.hpp); the per-channel scale is folded into the query
 // (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the zero points
@@ -148,6 +150,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // constants: every copy address is a register plus an immediate. Within a macro-iteration the
   // tiles go in steps of W (2 when the ring has 4 stages): one online-softmax update per step.
   constexpr int U = S, W = (S == 4 && TPP >= 2) ? KVQ_DECODE_RECORDS_STEP : 1;
+  constexpr int SPM = U / W;                    // steps per macro-iteration (2 or 4)
   constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per macro-iteration
   constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
   const int64_t base = (start / P + warp) * P;
@@ -159,7 +162,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     ntiles = kmax * TPP + ((left < P ? left : P) + 15) / 16;
     npages = kmax + 1;
   }
-  const int nmacro = (ntiles + U - 1) / U;
   // Record (+ 16 * lane) of the warp's page kp (page base / P + 4 kp of the sequence): record
   // (page, h) of a pool lies at pool + h * record_bytes + page * stride. The warp computes these
   // addresses 32 pages at a time, lane k the record of page 32 c + k (one coalesced block-table
@@ -200,21 +202,39 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   auto tile_in_page = [&](int mm, int t) { return U >= TPP ? t % TPP : (mm % MPP) * U + t; };
   uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
   const uint32_t ring_lane = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + 16 * lane;
-  auto issue = [&](const uint8_t* const (&r)[NPM], int mm, int t) {  // tile t of macro-iteration mm
-    Tile::copy(ring_lane + t * Tile::bytes, r[U >= TPP ? t / TPP : 0], 16 * tile_in_page(mm, t), lane);
+  // The key part (keys) or the value part of the W tiles at positions t .. t + W - 1 of
+  // macro-iteration mm, as one cp.async group.
+  auto issue = [&](bool keys, const uint8_t* const (&r)[NPM], int mm, int t) {
+    KVQ_UNROLL
+    for (int w = 0; w < W; ++w) {
+      const uint32_t dst = ring_lane + (t + w) * Tile::bytes;
+      const uint8_t* rec = r[U >= TPP ? (t + w) / TPP : 0];
+      if (keys)
+        Tile::copy_keys(dst, rec, 16 * tile_in_page(mm, t + w), lane);
+      else
+        Tile::copy_values(dst, rec, 16 * tile_in_page(mm, t + w), lane);
+    }
     cp_async_commit();
   };
 
-  // The ring's first tiles are in flight while the queries are stored (the ring does not overlap
+  // The ring's first steps are in flight while the queries are stored (the ring does not overlap
   // the query area). A split that reaches the pages turning cold waits for the transition grid
   // first; the others wait before the loop (every path waits before exiting).
   const uint8_t* rec_cur[NPM];
   const uint8_t* rec_next[NPM];
+  // Part (keys or values) of the step SPM - 1 steps after the one at position t of macro-iteration
+  // mm: position t - W of the next macro-iteration, or U - W of this one.
+  auto issue_ahead = [&](bool keys, int mm, int t) {
+    if (t >= W)
+      issue(keys, rec_next, mm + 1, t - W);
+    else
+      issue(keys, rec_cur, mm, U - W + t);
+  };
   if (end > s.cold) wait_prior_grids();  // the transition records are written
   if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
     macro_records(0, rec_cur);
     KVQ_UNROLL
-    for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
+    for (int t = 0; t < U - W; t += W) issue(true, rec_cur, 0, t), issue(false, rec_cur, 0, t);
   }
 
   store_query_rows(qs, qv);
@@ -428,9 +448,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     }
   };
 
-  // One step: W tiles starting at tile t of macro-iteration mm (their slots are t .. t + W - 1).
-  using PT = std::conditional_t<VB, fp16, T>;
-  auto step = [&](int mm, int t) {
+  // The loop is software-pipelined by one step: iteration k computes the values of step k - 1
+  // and the logits of step k in one basic block (no branch between them), so the two independent
+  // streams (step k's key unpacking and mma chains, step k - 1's exponentials, value unpacking and
+  // mma chains) fill each other's latencies; only the rare rescale branch and the masking of a
+  // ragged last tile sit between iterations. The step's state between the two halves: y (its
+  // logits in y units, below) and lmx (the lane's max per row).
+  float y[NT][W][2][2], lmx[NT][2];  // [tile][token g / g+8][row 2i + hh]
+
+  // Logits of the step at position t of macro-iteration mm (slots t .. t + W - 1).
+  auto step_logits = [&](int mm, int t) {
     float sacc[W][NT][4];
     int rel0[W];
     KVQ_UNROLL
@@ -442,52 +469,58 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
         if (16 * tip % Tile::KQ::group == 0) group_bias(tile);
       tile_logits(tile, sacc[w]);
     }
-    // ---- online softmax over the step's 16 W tokens; P^T as the B operand of the value mma ----
-    // The row max is reduced across the 8 lanes of a row (three dependent shuffles) only when some
-    // lane holds a logit above the running max (one vote): otherwise the max does not move and
-    // the probabilities are exp2(y ps - m ps) with the running max, as the reduction would have
-    // given. The running max moves rarely after a split's first steps, so most steps skip the
-    // shuffle chain (v7's most stalled instructions, bench/NOTES.md). The running sum l rounds
-    // l * corr and + sum apart at the steps where the max moves.
-    // Tokens past rel_end (only in the warp's last tile, and only where records_end is not a
-    // multiple of 16: R below q_len) are masked in a warp-uniform branch.
-    const bool ragged = rel0[W - 1] + 16 > rel_end;
-    uint32_t pb[W][NT][2];
     KVQ_UNROLL
-    for (int nt = 0; nt < NT; ++nt) {
-      float y[W][2][2], lmx[2];  // [tile][token g / g+8][row 2i + hh]; the lane's max per row
+    for (int nt = 0; nt < NT; ++nt)
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh)
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
           for (int u = 0; u < 2; ++u) {
-            y[w][u][hh] = sacc[w][nt][2 * u + hh];
-            if (capped) y[w][u][hh] = cap_log2 * tanhf(y[w][u][hh] * (row_unscale(nt, hh) * cap_pre));
+            y[nt][w][u][hh] = sacc[w][nt][2 * u + hh];
+            if (capped) y[nt][w][u][hh] = cap_log2 * tanhf(y[nt][w][u][hh] * (row_unscale(nt, hh) * cap_pre));
           }
-      if (ragged) {
-        // Pins this as a branch (ptxas 13.0 keeps it one anyway): if-converted, its selects
-        // would run every step.
-        asm volatile("");
+    // Tokens past rel_end (only in the warp's last tile, and only where records_end is not a
+    // multiple of 16: R below q_len) are masked in a warp-uniform branch.
+    if (rel0[W - 1] + 16 > rel_end) {
+      // Pins this as a branch (ptxas 13.0 keeps it one anyway): if-converted, its selects
+      // would run every step.
+      asm volatile("");
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
           for (int u = 0; u < 2; ++u)
-            if (rel0[w] + g + 8 * u >= rel_end) y[w][u][0] = y[w][u][1] = -INFINITY;
-      }
+            if (rel0[w] + g + 8 * u >= rel_end) y[nt][w][u][0] = y[nt][w][u][1] = -INFINITY;
+    }
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt)
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
-        lmx[hh] = -INFINITY;
+        lmx[nt][hh] = -INFINITY;
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
-          for (int u = 0; u < 2; ++u) lmx[hh] = fmaxf(lmx[hh], y[w][u][hh]);
+          for (int u = 0; u < 2; ++u) lmx[nt][hh] = fmaxf(lmx[nt][hh], y[nt][w][u][hh]);
       }
-      if (__any_sync(0xffffffffu, lmx[0] > m[nt][0] || lmx[1] > m[nt][1])) {  // a running max moves
+  };
+
+  // ---- online softmax over a step's 16 W tokens ----
+  // The row max is reduced across the 8 lanes of a row (three dependent shuffles) only when some
+  // lane holds a logit above the running max (one vote): otherwise the max does not move and the
+  // probabilities are exp2(y ps - m ps) with the running max, as the reduction would have given.
+  // The running max moves rarely after a split's first steps, so most steps skip the shuffle chain
+  // (v7's most stalled instructions, bench/NOTES.md). The running sum l rounds l * corr and + sum
+  // apart at the steps where the max moves. O holds the previous steps' values when this runs.
+  auto step_rescale = [&]() {
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
+      if (__any_sync(0xffffffffu, lmx[nt][0] > m[nt][0] || lmx[nt][1] > m[nt][1])) {  // a running max moves
         float cr[2];
         KVQ_UNROLL
         for (int hh = 0; hh < 2; ++hh) {
-          float mx = lmx[hh];
+          float mx = lmx[nt][hh];
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
@@ -504,6 +537,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
         }
         if constexpr (VB) zz[nt][0] *= cr[0], zz[nt][1] *= cr[1];
       }
+    }
+  };
+
+  // Probabilities of the step whose tiles are in slots t .. t + W - 1 (P^T as the B operand of the
+  // value mma), then O^T += V^T P^T over its tiles.
+  using PT = std::conditional_t<VB, fp16, T>;
+  auto step_values = [&](int t) {
+    uint32_t pb[W][NT][2];
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
       float p[W][2][2];
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
@@ -512,7 +555,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
-          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(fmaf(y[w][u][hh], ps[nt][hh], mneg)), sum += p[w][u][hh];
+          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(fmaf(y[nt][w][u][hh], ps[nt][hh], mneg)), sum += p[w][u][hh];
         l[nt][hh] += sum;
       }
       KVQ_UNROLL
@@ -525,23 +568,49 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     for (int w = 0; w < W; ++w) tile_values(ring + (t + w) * Tile::bytes, pb[w]);
   };
 
+  // Iteration k (position t of macro-iteration mm, k = mm SPM + t / W) of k = 0 .. nsteps: refill
+  // the keys of the slots step k - 1 used with those of step k + SPM - 1 (their keys were read in
+  // iteration k - 1), wait for step k's keys and step k - 1's values, then step k - 1's values and
+  // step k's logits, then refill the values of those slots. cp.async groups go out as K(k + SPM -
+  // 1) at the start and V(k + SPM - 1) at the end of iteration k, after the prologue's K(0) V(0) ..
+  // K(SPM - 2) V(SPM - 2); so at iteration k's wait the groups issued after K(k) and V(k - 1) are
+  // V(k), K(k + 1) .. V(k + SPM - 2), K(k + SPM - 1): 2 (SPM - 1) of them may still be in flight.
+  // Steps past the end refill from the warp's last page (page_record), so every iteration issues
+  // its two groups and the count holds.
+  const int nsteps = (ntiles + W - 1) / W;
+  const int niter = nsteps > 0 ? (nsteps + SPM) / SPM : 0;  // macro-iterations covering k = 0 .. nsteps
   wait_prior_grids();  // (every path waits for the transition grid before exiting)
-  for (int mm = 0; mm < nmacro; ++mm) {
+  if (nsteps > 0) {    // iteration 0: step 0's logits only
+    issue_ahead(true, 0, 0);
+    cp_async_wait<2 * (SPM - 1)>();
+    __syncwarp();
+    step_logits(0, 0);
+    __syncwarp();
+    issue_ahead(false, 0, 0);
+  }
+  for (int mm = 0; mm < niter; ++mm) {
     macro_records(mm + 1, rec_next);
     KVQ_UNROLL
     for (int t = 0; t < U; t += W) {
-      // Refill the slots the previous step read with the tiles S - W ahead.
-      KVQ_UNROLL
-      for (int w = 0; w < W; ++w) {
-        if (t - W + w >= 0)
-          issue(rec_next, mm + 1, t - W + w);
-        else
-          issue(rec_cur, mm, U + t - W + w);
+      const int k = mm * SPM + t / W;
+      if (k >= 1 && k <= nsteps) {
+        const int tp = t >= W ? t - W : U - W;  // the slots of step k - 1
+        issue_ahead(true, mm, t);
+        cp_async_wait<2 * (SPM - 1)>();
+        __syncwarp();
+        step_rescale();
+        if (k < nsteps) {
+          step_values(tp);
+          step_logits(mm, t);
+        } else {
+          // Keeps the two arms apart: hoisted in front of the branch, their common start (step
+          // k - 1's exponentials) would leave the pipelined block.
+          asm volatile("");
+          step_values(tp);
+        }
+        __syncwarp();
+        issue_ahead(false, mm, t);
       }
-      cp_async_wait<S - W>();
-      __syncwarp();
-      if (mm * U + t < ntiles) step(mm, t);
-      __syncwarp();
     }
     KVQ_UNROLL
     for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
