@@ -10,8 +10,8 @@
 //   S^T (16 tokens x 8 rows)  = K_tile . Q^T     mma.m16n8k16, keys as A, fp32 accumulators
 //   online softmax per row over the step's tokens (max by shuffles), P^T transposed by movmatrix
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
-// software-pipelined by one step: a step's values are computed together with the next step's
-// logits (one basic block), and a stage's key and value parts are refilled separately.
+// The loop is software-pipelined by one step: a step's values are computed together with the next
+// step's logits (one basic block), and a stage's key and value parts are refilled separately.
 // Keys: INT2/INT4 codes enter an fp16 mma as exact (offset + code) pairs (a shift shared by
 // two pairs and one LOP3, quant/offset_code.hpp); the per-channel scale is folded into the query
 // (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the zero points
@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // mma chains) fill each other's latencies; only the rare rescale branch and the masking of a
   // ragged last tile sit between iterations. The step's state between the two halves: y (its
   // logits in y units, below) and lmx (the lane's max per row).
-  float y[NT][W][2][2], lmx[NT][2];  // [tile][token g / g+8][row 2i + hh]
+  float y[NT][W][2][2], lmx[NT][2];  // y: [row tile][tile][token g / g+8][row 2i + hh]
 
   // Logits of the step at position t of macro-iteration mm (slots t .. t + W - 1).
   auto step_logits = [&](int mm, int t) {
