@@ -456,15 +456,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // logits in y units, below) and lmx (the lane's max per row).
   float y[NT][W][2][2], lmx[NT][2];  // y: [row tile][tile][token g / g+8][row 2i + hh]
 
-  // Logits of the step at position t of macro-iteration mm (slots t .. t + W - 1).
+  // Logits of the step at position t of macro-iteration mm (slots t .. t + W - 1), as y before
+  // the softcap; step_scores finishes them (kept apart so that the softcap's branch does not split
+  // the pipelined block).
+  int rel0[W];  // the step's tiles' first tokens - base
   auto step_logits = [&](int mm, int t) {
     float sacc[W][NT][4];
-    int rel0[W];
     KVQ_UNROLL
     for (int w = 0; w < W; ++w) {
       const uint8_t* tile = ring + (t + w) * Tile::bytes;
       const int tip = tile_in_page(mm, t + w);
-      rel0[w] = 4 * P * ((mm * U + t + w) / TPP) + 16 * tip;  // the tile's first token - base
+      rel0[w] = 4 * P * ((mm * U + t + w) / TPP) + 16 * tip;
       if constexpr (Tile::k_asym)
         if (16 * tip % Tile::KQ::group == 0) group_bias(tile);
       tile_logits(tile, sacc[w]);
@@ -472,14 +474,25 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)
       KVQ_UNROLL
-      for (int hh = 0; hh < 2; ++hh)
+      for (int w = 0; w < W; ++w)
         KVQ_UNROLL
-        for (int w = 0; w < W; ++w)
+        for (int u = 0; u < 2; ++u)
           KVQ_UNROLL
-          for (int u = 0; u < 2; ++u) {
-            y[nt][w][u][hh] = sacc[w][nt][2 * u + hh];
-            if (capped) y[nt][w][u][hh] = cap_log2 * tanhf(y[nt][w][u][hh] * (row_unscale(nt, hh) * cap_pre));
-          }
+          for (int hh = 0; hh < 2; ++hh) y[nt][w][u][hh] = sacc[w][nt][2 * u + hh];
+  };
+  // The softcap, the mask of a ragged last tile and the lane's max per row of the step just
+  // computed.
+  auto step_scores = [&]() {
+    if (capped) {
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
+        KVQ_UNROLL
+        for (int hh = 0; hh < 2; ++hh)
+          KVQ_UNROLL
+          for (int w = 0; w < W; ++w)
+            KVQ_UNROLL
+            for (int u = 0; u < 2; ++u) y[nt][w][u][hh] = cap_log2 * tanhf(y[nt][w][u][hh] * (row_unscale(nt, hh) * cap_pre));
+    }
     // Tokens past rel_end (only in the warp's last tile, and only where records_end is not a
     // multiple of 16: R below q_len) are masked in a warp-uniform branch.
     if (rel0[W - 1] + 16 > rel_end) {
@@ -543,7 +556,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // Probabilities of the step whose tiles are in slots t .. t + W - 1 (P^T as the B operand of the
   // value mma), then O^T += V^T P^T over its tiles.
   using PT = std::conditional_t<VB, fp16, T>;
-  auto step_values = [&](int t) {
+  auto step_values = [&](int t, const float (&yv)[NT][W][2][2]) {
     uint32_t pb[W][NT][2];
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
@@ -555,7 +568,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
-          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(fmaf(y[nt][w][u][hh], ps[nt][hh], mneg)), sum += p[w][u][hh];
+          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(fmaf(yv[nt][w][u][hh], ps[nt][hh], mneg)), sum += p[w][u][hh];
         l[nt][hh] += sum;
       }
       KVQ_UNROLL
@@ -585,6 +598,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     cp_async_wait<2 * (SPM - 1)>();
     __syncwarp();
     step_logits(0, 0);
+    step_scores();
     __syncwarp();
     issue_ahead(false, 0, 0);
   }
@@ -600,13 +614,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
         __syncwarp();
         step_rescale();
         if (k < nsteps) {
-          step_values(tp);
+          float yp[NT][W][2][2];  // step k - 1's logits (step_logits overwrites y)
+          KVQ_UNROLL
+          for (int e = 0; e < NT * W * 4; ++e) (&yp[0][0][0][0])[e] = (&y[0][0][0][0])[e];
           step_logits(mm, t);
+          step_values(tp, yp);
+          step_scores();
         } else {
           // Keeps the two arms apart: hoisted in front of the branch, their common start (step
           // k - 1's exponentials) would leave the pipelined block.
           asm volatile("");
-          step_values(tp);
+          step_values(tp, y);
         }
         __syncwarp();
         issue_ahead(false, mm, t);
