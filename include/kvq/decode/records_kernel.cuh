@@ -337,7 +337,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     Tile::load_k_param_pairs(tile + Tile::kp + 2 * D, i, zp);
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
-      if (NT > 1 && nt >= active_nt) break;
       const uint4* qzl = reinterpret_cast<const uint4*>(qz + (nt * 32 + lane) * QZ);
       float ze[4] = {}, zo[4] = {}, oe[4] = {}, oo[4] = {};
       KVQ_UNROLL
@@ -384,11 +383,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
       const uint32_t ka[4] = {Tile::k_pair(k0, 2 * kk), Tile::k_pair(k1, 2 * kk), Tile::k_pair(k0, 2 * kk + 1),
                               Tile::k_pair(k1, 2 * kk + 1)};
       KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
-        if (NT == 1 || nt < active_nt) {
-          mma16816<KMma>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
-          if constexpr (KSPLIT) mma16816<fp16>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qlo[nt][kk][0], qlo[nt][kk][1]);
-        }
+      for (int nt = 0; nt < NT; ++nt) {
+        mma16816<KMma>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
+        if constexpr (KSPLIT) mma16816<fp16>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qlo[nt][kk][0], qlo[nt][kk][1]);
+      }
     }
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)
@@ -422,17 +420,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
                                 Tile::v_pair_blocked(v1, 2 * mt, vbit), Tile::v_pair_blocked(v1, 2 * mt + 1, vbit)};
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt)
-          if (NT == 1 || nt < active_nt) mma16816<fp16>(o[nt][mt], va, pp[nt][mt / 2][0], pp[nt][mt / 2][1]);
+          mma16816<fp16>(o[nt][mt], va, pp[nt][mt / 2][0], pp[nt][mt / 2][1]);
       }
       // Running sums ZZ_B (row B = lane g's block, its zero points).
       const uint32_t z0 = g < NB ? Tile::v_block_params(tile, i, g, 1) : 0u;
       const uint32_t z1 = g < NB ? Tile::v_block_params(tile, i + 4, g, 1) : 0u;
       const uint32_t za[4] = {z0, 0u, z1, 0u};
       KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt) {
-        if (NT > 1 && nt >= active_nt) break;
-        mma16816<fp16>(zz[nt], za, pb[nt][0], pb[nt][1]);
-      }
+      for (int nt = 0; nt < NT; ++nt) mma16816<fp16>(zz[nt], za, pb[nt][0], pb[nt][1]);
     } else {
       typename Tile::VPair v0, v1;
       Tile::load_v(tile, i, g, v0);
@@ -443,7 +438,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
                                 Tile::v_pair(v1, 2 * mt + 1)};
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt)
-          if (NT == 1 || nt < active_nt) mma16816<T>(o[nt][mt], va, pb[nt][0], pb[nt][1]);
+          mma16816<T>(o[nt][mt], va, pb[nt][0], pb[nt][1]);
       }
     }
   };
