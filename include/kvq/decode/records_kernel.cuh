@@ -239,7 +239,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
 
   store_query_rows(qs, qv);
   __syncthreads();
-  const int active_nt = (rows - row0 + 7) / 8 < NT ? (rows - row0 + 7) / 8 : NT;
 
   // Query operand: raw (INT8 / "none" keys) or, for INT2 / INT4 keys, q * scale in fp16 per key
   // group: Q'' = (q * 2^-e) * scale with the row's max |q| * 2^-e in [0.5, 1), so Q'' never
