@@ -151,6 +151,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // tiles go in steps of W (2 when the ring has 4 stages): one online-softmax update per step.
   constexpr int U = S, W = (S == 4 && TPP >= 2) ? KVQ_DECODE_RECORDS_STEP : 1;
   constexpr int SPM = U / W;                    // steps per macro-iteration (2 or 4)
+  // The loop's form: software-pipelined by one step in the two-row-tile kernel (2 CTAs, 8 warps a
+  // multiprocessor: a warp's own independent work is what hides its latencies), one step after the
+  // other in the single-row-tile kernel (16 warps a multiprocessor hide them; the pipelined form
+  // costs ~6 % more instructions there). bench/NOTES.md, decode v15.
+  constexpr bool kPipelined = NT > 1;
   constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per macro-iteration
   constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
   const int64_t base = (start / P + warp) * P;
@@ -231,10 +236,25 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
       issue(keys, rec_cur, mm, U - W + t);
   };
   if (end > s.cold) wait_prior_grids();  // the transition records are written
+  // A whole tile (keys then values) as one cp.async group: the ring of the loop that is not pipelined.
+  auto issue_tile = [&](const uint8_t* const (&r)[NPM], int mm, int t) {
+    const uint32_t dst = ring_lane + t * Tile::bytes;
+    const uint8_t* rec = r[U >= TPP ? t / TPP : 0];
+    Tile::copy_keys(dst, rec, 16 * tile_in_page(mm, t), lane);
+    Tile::copy_values(dst, rec, 16 * tile_in_page(mm, t), lane);
+    cp_async_commit();
+  };
   if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
     macro_records(0, rec_cur);
     KVQ_UNROLL
-    for (int t = 0; t < U - W; t += W) issue(true, rec_cur, 0, t), issue(false, rec_cur, 0, t);
+    for (int t = 0; t < U - W; t += W) {
+      if constexpr (kPipelined) {
+        issue(true, rec_cur, 0, t), issue(false, rec_cur, 0, t);
+      } else {
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w) issue_tile(rec_cur, 0, t + w);
+      }
+    }
   }
 
   store_query_rows(qs, qv);
@@ -575,57 +595,87 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     for (int w = 0; w < W; ++w) tile_values(ring + (t + w) * Tile::bytes, pb[w]);
   };
 
-  // Iteration k (position t of macro-iteration mm, k = mm SPM + t / W) of k = 0 .. nsteps: refill
-  // the keys of the slots step k - 1 used with those of step k + SPM - 1 (their keys were read in
-  // iteration k - 1), wait for step k's keys and step k - 1's values, then step k - 1's values and
-  // step k's logits, then refill the values of those slots. cp.async groups go out as K(k + SPM -
-  // 1) at the start and V(k + SPM - 1) at the end of iteration k, after the prologue's K(0) V(0) ..
-  // K(SPM - 2) V(SPM - 2); so at iteration k's wait the groups issued after K(k) and V(k - 1) are
-  // V(k), K(k + 1) .. V(k + SPM - 2), K(k + SPM - 1): 2 (SPM - 1) of them may still be in flight.
-  // Steps past the end refill from the warp's last page (page_record), so every iteration issues
-  // its two groups and the count holds.
-  const int nsteps = (ntiles + W - 1) / W;
-  const int niter = nsteps > 0 ? (nsteps + SPM) / SPM : 0;  // macro-iterations covering k = 0 .. nsteps
   wait_prior_grids();  // (every path waits for the transition grid before exiting)
-  if (nsteps > 0) {    // iteration 0: step 0's logits only
-    issue_ahead(true, 0, 0);
-    cp_async_wait<2 * (SPM - 1)>();
-    __syncwarp();
-    step_logits(0, 0);
-    step_scores();
-    __syncwarp();
-    issue_ahead(false, 0, 0);
-  }
-  for (int mm = 0; mm < niter; ++mm) {
-    macro_records(mm + 1, rec_next);
-    KVQ_UNROLL
-    for (int t = 0; t < U; t += W) {
-      const int k = mm * SPM + t / W;
-      if (k >= 1 && k <= nsteps) {
-        const int tp = t >= W ? t - W : U - W;  // the slots of step k - 1
-        issue_ahead(true, mm, t);
-        cp_async_wait<2 * (SPM - 1)>();
+  if constexpr (kPipelined) {
+    // Iteration k (position t of macro-iteration mm, k = mm SPM + t / W) of k = 0 .. nsteps: refill
+    // the keys of the slots step k - 1 used with those of step k + SPM - 1 (their keys were read in
+    // iteration k - 1), wait for step k's keys and step k - 1's values, then step k - 1's values and
+    // step k's logits, then refill the values of those slots. cp.async groups go out as K(k + SPM -
+    // 1) at the start and V(k + SPM - 1) at the end of iteration k, after the prologue's K(0) V(0) ..
+    // K(SPM - 2) V(SPM - 2); so at iteration k's wait the groups issued after K(k) and V(k - 1) are
+    // V(k), K(k + 1) .. V(k + SPM - 2), K(k + SPM - 1): 2 (SPM - 1) of them may still be in flight.
+    // Steps past the end refill from the warp's last page (page_record), so every iteration issues
+    // its two groups and the count holds.
+    const int nsteps = (ntiles + W - 1) / W;
+    const int niter = nsteps > 0 ? (nsteps + SPM) / SPM : 0;  // macro-iterations covering k = 0 .. nsteps
+    if (nsteps > 0) {    // iteration 0: step 0's logits only
+      issue_ahead(true, 0, 0);
+      cp_async_wait<2 * (SPM - 1)>();
+      __syncwarp();
+      step_logits(0, 0);
+      step_scores();
+      __syncwarp();
+      issue_ahead(false, 0, 0);
+    }
+    for (int mm = 0; mm < niter; ++mm) {
+      macro_records(mm + 1, rec_next);
+      KVQ_UNROLL
+      for (int t = 0; t < U; t += W) {
+        const int k = mm * SPM + t / W;
+        if (k >= 1 && k <= nsteps) {
+          const int tp = t >= W ? t - W : U - W;  // the slots of step k - 1
+          issue_ahead(true, mm, t);
+          cp_async_wait<2 * (SPM - 1)>();
+          __syncwarp();
+          step_rescale();
+          if (k < nsteps) {
+            float yp[NT][W][2][2];  // step k - 1's logits (step_logits overwrites y)
+            KVQ_UNROLL
+            for (int e = 0; e < NT * W * 4; ++e) (&yp[0][0][0][0])[e] = (&y[0][0][0][0])[e];
+            step_logits(mm, t);
+            step_values(tp, yp);
+            step_scores();
+          } else {
+            // Keeps the two arms apart: hoisted in front of the branch, their common start (step
+            // k - 1's exponentials) would leave the pipelined block.
+            asm volatile("");
+            step_values(tp, y);
+          }
+          __syncwarp();
+          issue_ahead(false, mm, t);
+        }
+      }
+      KVQ_UNROLL
+      for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
+    }
+  } else {
+    // One step after the other: refill the slots the previous step read with the tiles S - W ahead
+    // (one cp.async group a tile), wait for this step's tiles, then its logits, scores and values.
+    const int nmacro = (ntiles + U - 1) / U;
+    for (int mm = 0; mm < nmacro; ++mm) {
+      macro_records(mm + 1, rec_next);
+      KVQ_UNROLL
+      for (int t = 0; t < U; t += W) {
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w) {
+          if (t - W + w >= 0)
+            issue_tile(rec_next, mm + 1, t - W + w);
+          else
+            issue_tile(rec_cur, mm, U + t - W + w);
+        }
+        cp_async_wait<S - W>();
         __syncwarp();
-        step_rescale();
-        if (k < nsteps) {
-          float yp[NT][W][2][2];  // step k - 1's logits (step_logits overwrites y)
-          KVQ_UNROLL
-          for (int e = 0; e < NT * W * 4; ++e) (&yp[0][0][0][0])[e] = (&y[0][0][0][0])[e];
+        if (mm * U + t < ntiles) {
           step_logits(mm, t);
-          step_values(tp, yp);
           step_scores();
-        } else {
-          // Keeps the two arms apart: hoisted in front of the branch, their common start (step
-          // k - 1's exponentials) would leave the pipelined block.
-          asm volatile("");
-          step_values(tp, y);
+          step_rescale();
+          step_values(t, y);
         }
         __syncwarp();
-        issue_ahead(false, mm, t);
       }
+      KVQ_UNROLL
+      for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
     }
-    KVQ_UNROLL
-    for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
