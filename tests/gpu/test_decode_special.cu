@@ -11,45 +11,25 @@ namespace {
 
 using Cfg = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>;
 using T = kvq::bf16;
-constexpr int kHeads = 2, kGroup = 4, kR = 64;
+constexpr int kHeads = 2, kGroup = 4, kR = 64, kRowPages = 80;
 
-struct Fixture {
-  kvq::reference::HostCache<Cfg> host;
-  kvq_test::DeviceMirror<Cfg> dev;
-  kvq_test::KvGenerator gen;
-  explicit Fixture(int batch, const std::vector<int32_t>& prompt, uint64_t seed)
-      : host(kHeads, int64_t(batch) * 80, batch, kR, 80, batch), gen(kHeads, 128, seed) {
-    for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = b;
-    dev.upload(host);
-    REQUIRE(kvq_test::step_both(host, dev, prompt, gen, false, "prompt"));
-  }
+struct Fixture : kvq_test::SpecialFixture<Cfg> {
+  Fixture(const std::vector<int32_t>& prompt, uint64_t seed) : SpecialFixture(kHeads, kRowPages, kR, prompt, seed, false) {}
 };
 
 // A decode call's host inputs for q_len `counts` per sequence.
-struct Inputs {
-  std::vector<int32_t> cu;
-  std::vector<T> q, k, v;
-  kvq::AttentionBatch<T> a;
-  Inputs(kvq::reference::HostCache<Cfg>& host, kvq_test::KvGenerator& gen, const std::vector<int32_t>& counts) {
-    cu.assign(counts.size() + 1, 0);
-    for (size_t b = 0; b < counts.size(); ++b) cu[b + 1] = cu[b] + counts[b];
-    q = gen.keys<T>(int64_t(cu.back()) * kGroup);
-    for (auto& x : q) x = T::from_float(x.to_float() * 0.1f);
-    k = gen.keys<T>(cu.back());
-    v = gen.values<T>(cu.back());
-    a = kvq_test::host_attention_batch(host.lengths(), kHeads * kGroup, cu, q, k, v, 128);
-  }
+struct Inputs : kvq_test::SpecialInputs<T> {
+  Inputs(kvq::reference::HostCache<Cfg>& host, kvq_test::KvGenerator& gen, const std::vector<int32_t>& counts)
+      : SpecialInputs(host, gen, counts, kHeads, kGroup) {}
 };
 
-// Runs decode on d's inputs into poisoned output (0xff bytes): the output and the flags word.
+// Runs decode on d's inputs into poisoned output: the output and the flags word.
 std::pair<std::vector<T>, uint32_t> decode_into_poison(kvq_test::DeviceAttention<T>& d, const kvq::CacheView<T>& view,
                                                        const kvq::DecodePlan& plan) {
-  kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
   kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-  KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
-  REQUIRE(kvq::decode<Cfg>(view, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get(), nullptr) == kvq::Status::kSuccess);
-  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-  return {d.out.download(), flags.download()[0]};
+  return kvq_test::run_into_poison(d, [&](T* out, uint32_t* flags) {
+    return kvq::decode<Cfg>(view, d.a, plan, ws.get(), ws.size(), out, flags, nullptr);
+  });
 }
 
 kvq::DecodePlan make_plan(int batch, int64_t max_tokens, int max_q, int64_t total_q) {
@@ -64,7 +44,7 @@ kvq::DecodePlan make_plan(int batch, int64_t max_tokens, int max_q, int64_t tota
 
 TEST_SUITE("gpu") {
   TEST_CASE("decode: arguments rejected on the host, with the Status that names the problem") {
-    Fixture f(2, {300, 40}, 51);
+    Fixture f({300, 40}, 51);
     Inputs in(f.host, f.gen, {1, 2});
     for (int b = 0; b < 2; ++b) REQUIRE(f.host.reserve(b, in.cu[size_t(b) + 1] - in.cu[size_t(b)]));
     f.dev.upload_tables(f.host);
@@ -103,37 +83,19 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("decode: sequences rejected on the device keep their poisoned output, the others are computed") {
-    Fixture f(4, {700, 300, 500, 90}, 61);
-    // Sequence 1 asks for 3 new tokens (the plan allows 2); sequence 2's first page id is outside
-    // the pool; sequence 3 claims a length beyond its block table.
-    Inputs in(f.host, f.gen, {2, 3, 1, 1});
-    for (int b = 0; b < 4; ++b) REQUIRE(f.host.reserve(b, in.cu[size_t(b) + 1] - in.cu[size_t(b)]));
-    std::vector<float> ref(in.q.size());
-    REQUIRE(kvq::reference::attention<Cfg>(f.host.view(), in.a, ref.data()) == kvq::Status::kSuccess);
-    f.dev.upload_tables(f.host);
-    std::vector<int32_t> table = f.host.block_table;
-    table[size_t(2) * 80] = int32_t(f.host.view().num_pages) + 3;
-    f.dev.block_table.upload(table);
-    std::vector<int32_t> lens = f.host.len, colds = f.host.cold_len;
-    lens[3] = 81 * 64 + 5;  // 81 cold pages: one more than the block-table row holds
-    colds[3] = 81 * 64;
-    kvq_test::DeviceBuffer<int32_t> d_colds(colds);
-    kvq_test::DeviceAttention<T> d(in.a, in.cu, in.q, in.k, in.v, d_colds.get());
-    d.prefix.upload(lens);
-    const kvq::DecodePlan plan = make_plan(4, 81 * 64 + 16, 2, in.cu.back());
-    const auto [got, flags] = decode_into_poison(d, f.dev.view(f.host), plan);
-    CHECK((flags & kvq::kFlagBadSequence) != 0u);
-    const size_t row = size_t(kHeads * kGroup) * 128;
-    std::vector<T> ok(got.begin(), got.begin() + 2 * row);
-    std::vector<float> ok_ref(ref.begin(), ref.begin() + 2 * row);
-    const kvq_test::OutputError e = kvq_test::output_error(ok, ok_ref);
-    CHECK_MESSAGE(e.rel_l2 < kvq_test::kRelL2Bound, "valid sequence 0: rel L2 " << e.rel_l2);
-    const size_t w = kvq_test::count_written(got.begin() + std::ptrdiff_t(2 * row), got.end());
-    CHECK_MESSAGE(w == 0, w << " outputs of rejected sequences were written");
+    Fixture f({700, 300, 500, 90}, 61);
+    // Sequence 1 asks for 3 new tokens (the plan allows 2).
+    const Inputs in(f.host, f.gen, {2, 3, 1, 1});
+    kvq_test::check_device_rejections(f, in, kRowPages, [&](kvq_test::DeviceAttention<T>& d, int64_t max_tokens, T* out,
+                                                            uint32_t* flags) {
+      const kvq::DecodePlan plan = make_plan(4, max_tokens, 2, in.cu.back());
+      kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+      return kvq::decode<Cfg>(f.dev.view(f.host), d.a, plan, ws.get(), ws.size(), out, flags, nullptr);
+    });
   }
 
   TEST_CASE("decode: a sequence whose cu_q rows lie outside the batch's is rejected, the others are computed") {
-    Fixture f(3, {700, 300, 500}, 67);
+    Fixture f({700, 300, 500}, 67);
     Inputs in(f.host, f.gen, {1, 2, 1});  // rows [0, 1), [1, 3), [3, 4)
     for (int b = 0; b < 3; ++b) REQUIRE(f.host.reserve(b, in.cu[size_t(b) + 1] - in.cu[size_t(b)]));
     std::vector<float> ref(in.q.size());
@@ -187,7 +149,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("decode: captured once in a CUDA graph, replayed with different lengths") {
     constexpr int kBatch = 3, kMaxQ = 4;
-    Fixture f(kBatch, {300, 2000, 5}, 71);
+    Fixture f({300, 2000, 5}, 71);
     // The tail beside the records kernel (its dependent launch, plan.hpp) whatever the planner chose
     // for this small shape, so that the captured graph holds the programmatic dependency too.
     kvq::DecodePlan plan = make_plan(kBatch, 4000, kMaxQ, kBatch * kMaxQ);

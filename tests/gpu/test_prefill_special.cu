@@ -10,31 +10,14 @@ using Cfg = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>;
 using T = kvq::bf16;
 constexpr int kHeads = 2, kGroup = 3, kR = 64, kPages = 80;
 
-struct Fixture {
-  kvq::reference::HostCache<Cfg> host;
-  kvq_test::DeviceMirror<Cfg> dev;
-  kvq_test::KvGenerator gen;
-  explicit Fixture(int batch, const std::vector<int32_t>& prompt, uint64_t seed)
-      : host(kHeads, int64_t(batch) * kPages, batch, kR, kPages, batch), gen(kHeads, 128, seed) {
-    for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = batch - 1 - b;
-    dev.upload(host);
-    REQUIRE(kvq_test::step_both(host, dev, prompt, gen, false, "prompt"));
-  }
+struct Fixture : kvq_test::SpecialFixture<Cfg> {
+  Fixture(const std::vector<int32_t>& prompt, uint64_t seed) : SpecialFixture(kHeads, kPages, kR, prompt, seed, true) {}
 };
 
 // A prefill call's host inputs for chunks of `counts` tokens per sequence.
-struct Inputs {
-  std::vector<int32_t> cu;
-  std::vector<T> q, k, v;
-  kvq::AttentionBatch<T> a;
-  Inputs(kvq::reference::HostCache<Cfg>& host, kvq_test::KvGenerator& gen, const std::vector<int32_t>& counts) {
-    cu.assign(counts.size() + 1, 0);
-    for (size_t b = 0; b < counts.size(); ++b) cu[b + 1] = cu[b] + counts[b];
-    q = kvq_test::make_queries<T>(gen, cu.back(), kGroup);
-    k = gen.keys<T>(cu.back());
-    v = gen.values<T>(cu.back());
-    a = kvq_test::host_attention_batch(host.lengths(), kHeads * kGroup, cu, q, k, v, 128);
-  }
+struct Inputs : kvq_test::SpecialInputs<T> {
+  Inputs(kvq::reference::HostCache<Cfg>& host, kvq_test::KvGenerator& gen, const std::vector<int32_t>& counts)
+      : SpecialInputs(host, gen, counts, kHeads, kGroup) {}
 };
 
 kvq::PrefillPlan make_plan(int batch, int64_t max_tokens, int max_q, int64_t total_q) {
@@ -48,7 +31,7 @@ kvq::PrefillPlan make_plan(int batch, int64_t max_tokens, int max_q, int64_t tot
 
 TEST_SUITE("gpu") {
   TEST_CASE("prefill: arguments rejected on the host, with the Status that names the problem") {
-    Fixture f(2, {300, 40}, 81);
+    Fixture f({300, 40}, 81);
     Inputs in(f.host, f.gen, {100, 7});
     for (int b = 0; b < 2; ++b) REQUIRE(f.host.reserve(b, in.cu[size_t(b) + 1] - in.cu[size_t(b)]));
     f.dev.upload_tables(f.host);
@@ -124,44 +107,20 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("prefill: sequences rejected on the device keep their poisoned output, the others are computed") {
-    Fixture f(4, {700, 300, 500, 90}, 91);
-    // Sequence 1's chunk is longer than the plan's; sequence 2's first page id is outside the
-    // pool; sequence 3 claims a length beyond its block table.
-    Inputs in(f.host, f.gen, {150, 201, 20, 5});
-    for (int b = 0; b < 4; ++b) REQUIRE(f.host.reserve(b, in.cu[size_t(b) + 1] - in.cu[size_t(b)]));
-    std::vector<float> ref(in.q.size());
-    REQUIRE(kvq::reference::attention<Cfg>(f.host.view(), in.a, ref.data()) == kvq::Status::kSuccess);
-    f.dev.upload_tables(f.host);
-    std::vector<int32_t> table = f.host.block_table;
-    table[size_t(2) * kPages] = int32_t(f.host.view().num_pages) + 3;
-    f.dev.block_table.upload(table);
-    std::vector<int32_t> lens = f.host.len, colds = f.host.cold_len;
-    lens[3] = (kPages + 1) * 64 + 5;
-    colds[3] = (kPages + 1) * 64;
-    kvq_test::DeviceBuffer<int32_t> d_colds(colds);
-    kvq_test::DeviceAttention<T> d(in.a, in.cu, in.q, in.k, in.v, d_colds.get());
-    d.prefix.upload(lens);
-    const kvq::PrefillPlan plan = make_plan(4, (kPages + 1) * 64 + 16, 200, in.cu.back());
-    kvq_test::DeviceBuffer<uint32_t> flags(std::vector<uint32_t>{0u});
-    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-    KVQ_CUDA_CHECK(cudaMemset(d.out.get(), 0xff, d.out.size() * sizeof(T)));
-    REQUIRE(kvq::prefill<Cfg>(f.dev.view(f.host), d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get(), nullptr) ==
-            kvq::Status::kSuccess);
-    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-    CHECK((flags.download()[0] & kvq::kFlagBadSequence) != 0u);
-    const std::vector<T> got = d.out.download();
-    const size_t row = size_t(kHeads * kGroup) * 128, ok_rows = size_t(in.cu[1]) * row;
-    std::vector<T> ok(got.begin(), got.begin() + ok_rows);
-    std::vector<float> ok_ref(ref.begin(), ref.begin() + ok_rows);
-    const kvq_test::OutputError e = kvq_test::output_error(ok, ok_ref);
-    CHECK_MESSAGE(e.rel_l2 < kvq_test::kRelL2Bound, "valid sequence 0: rel L2 " << e.rel_l2);
-    const size_t written = kvq_test::count_written(got.begin() + std::ptrdiff_t(ok_rows), got.end());
-    CHECK_MESSAGE(written == 0, written << " outputs of rejected sequences were written");
+    Fixture f({700, 300, 500, 90}, 91);
+    // Sequence 1's chunk is longer than the plan's.
+    const Inputs in(f.host, f.gen, {150, 201, 20, 5});
+    kvq_test::check_device_rejections(f, in, kPages, [&](kvq_test::DeviceAttention<T>& d, int64_t max_tokens, T* out,
+                                                         uint32_t* flags) {
+      const kvq::PrefillPlan plan = make_plan(4, max_tokens, 200, in.cu.back());
+      kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+      return kvq::prefill<Cfg>(f.dev.view(f.host), d.a, plan, ws.get(), ws.size(), out, flags, nullptr);
+    });
   }
 
   TEST_CASE("prefill: captured once in a CUDA graph, replayed with different chunk lengths") {
     constexpr int kBatch = 2, kMaxQ = 300;
-    Fixture f(kBatch, {500, 3}, 101);
+    Fixture f({500, 3}, 101);
     const kvq::PrefillPlan plan = make_plan(kBatch, 4000, kMaxQ, kBatch * kMaxQ);
     for (int b = 0; b < kBatch; ++b) REQUIRE(f.host.reserve(b, 1500));  // block tables fixed before capture
     f.dev.upload_tables(f.host);

@@ -85,10 +85,11 @@ struct RecordTile {
       if (lane < n % 32) cp_async16(dst + 512 * (n / 32), src + 512 * (n / 32));
   }
 
-  // Issues lane `lane`'s copies of tile t0 (token offset in the page, a multiple of 16) of a
-  // record. dst: the stage's shared-memory address + 16 * lane; rec: the record + 16 * lane.
-  // With t0 a compile-time constant every address is a register plus an immediate.
-  KVQ_DEVICE static void copy(uint32_t dst, const uint8_t* rec, int t0, int lane) {
+  // Issues lane `lane`'s copies of the key part (k_codes, k_params) of tile t0 (token offset in
+  // the page, a multiple of 16) of a record. dst: the stage's shared-memory address + 16 * lane;
+  // rec: the record + 16 * lane. With t0 a compile-time constant every address is a register plus
+  // an immediate.
+  KVQ_DEVICE static void copy_keys(uint32_t dst, const uint8_t* rec, int t0, int lane) {
     constexpr RecordOffsets o = Cfg::record;
     copy_part<kTokens * k_row>(dst + kc, rec + o.k_codes + t0 * k_row, lane);
     if constexpr (k_asym) {
@@ -96,6 +97,11 @@ struct RecordTile {
     } else if constexpr (k_int8) {
       copy_part<k_param_bytes>(dst + kp, rec + o.k_params + t0 * 4, lane);
     }
+  }
+  // The value part (v_codes, v_params) of the same tile: the parts are disjoint, so a stage's keys
+  // can be refilled while its values are still read.
+  KVQ_DEVICE static void copy_values(uint32_t dst, const uint8_t* rec, int t0, int lane) {
+    constexpr RecordOffsets o = Cfg::record;
     copy_part<kTokens * v_row>(dst + vc, rec + o.v_codes + t0 * v_row, lane);
     if constexpr (v_asym) {
       constexpr int cpp = v_param_part / 16;  // chunks of the scales (then as many of the zero points)

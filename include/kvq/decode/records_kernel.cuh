@@ -10,6 +10,8 @@
 //   S^T (16 tokens x 8 rows)  = K_tile . Q^T     mma.m16n8k16, keys as A, fp32 accumulators
 //   online softmax per row over the step's tokens (max by shuffles), P^T transposed by movmatrix
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
+// The loop is software-pipelined by one step: a step's values are computed together with the next
+// step's logits (one basic block), and a stage's key and value parts are refilled separately.
 // Keys: INT2/INT4 codes enter an fp16 mma as exact (offset + code) pairs (a shift shared by
 // two pairs and one LOP3, quant/offset_code.hpp); the per-channel scale is folded into the query
 // (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the zero points
@@ -148,6 +150,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // constants: every copy address is a register plus an immediate. Within a macro-iteration the
   // tiles go in steps of W (2 when the ring has 4 stages): one online-softmax update per step.
   constexpr int U = S, W = (S == 4 && TPP >= 2) ? KVQ_DECODE_RECORDS_STEP : 1;
+  constexpr int SPM = U / W;                    // steps per macro-iteration (2 or 4)
+  // The loop's form: software-pipelined by one step in the two-row-tile kernel (2 CTAs, 8 warps a
+  // multiprocessor: a warp's own independent work is what hides its latencies), one step after the
+  // other in the single-row-tile kernel (16 warps a multiprocessor hide them; the pipelined form
+  // costs ~6 % more instructions there). bench/NOTES.md, decode v15.
+  constexpr bool kPipelined = NT > 1;
   constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per macro-iteration
   constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
   const int64_t base = (start / P + warp) * P;
@@ -159,7 +167,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     ntiles = kmax * TPP + ((left < P ? left : P) + 15) / 16;
     npages = kmax + 1;
   }
-  const int nmacro = (ntiles + U - 1) / U;
   // Record (+ 16 * lane) of the warp's page kp (page base / P + 4 kp of the sequence): record
   // (page, h) of a pool lies at pool + h * record_bytes + page * stride. The warp computes these
   // addresses 32 pages at a time, lane k the record of page 32 c + k (one coalesced block-table
@@ -200,26 +207,58 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   auto tile_in_page = [&](int mm, int t) { return U >= TPP ? t % TPP : (mm % MPP) * U + t; };
   uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
   const uint32_t ring_lane = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + 16 * lane;
-  auto issue = [&](const uint8_t* const (&r)[NPM], int mm, int t) {  // tile t of macro-iteration mm
-    Tile::copy(ring_lane + t * Tile::bytes, r[U >= TPP ? t / TPP : 0], 16 * tile_in_page(mm, t), lane);
+  // The key part (keys) or the value part of the W tiles at positions t .. t + W - 1 of
+  // macro-iteration mm, as one cp.async group.
+  auto issue = [&](bool keys, const uint8_t* const (&r)[NPM], int mm, int t) {
+    KVQ_UNROLL
+    for (int w = 0; w < W; ++w) {
+      const uint32_t dst = ring_lane + (t + w) * Tile::bytes;
+      const uint8_t* rec = r[U >= TPP ? (t + w) / TPP : 0];
+      if (keys)
+        Tile::copy_keys(dst, rec, 16 * tile_in_page(mm, t + w), lane);
+      else
+        Tile::copy_values(dst, rec, 16 * tile_in_page(mm, t + w), lane);
+    }
     cp_async_commit();
   };
 
-  // The ring's first tiles are in flight while the queries are stored (the ring does not overlap
+  // The ring's first steps are in flight while the queries are stored (the ring does not overlap
   // the query area). A split that reaches the pages turning cold waits for the transition grid
   // first; the others wait before the loop (every path waits before exiting).
   const uint8_t* rec_cur[NPM];
   const uint8_t* rec_next[NPM];
+  // Part (keys or values) of the step SPM - 1 steps after the one at position t of macro-iteration
+  // mm: position t - W of the next macro-iteration, or U - W of this one.
+  auto issue_ahead = [&](bool keys, int mm, int t) {
+    if (t >= W)
+      issue(keys, rec_next, mm + 1, t - W);
+    else
+      issue(keys, rec_cur, mm, U - W + t);
+  };
   if (end > s.cold) wait_prior_grids();  // the transition records are written
+  // A whole tile (keys then values) as one cp.async group: the ring of the loop that is not pipelined.
+  auto issue_tile = [&](const uint8_t* const (&r)[NPM], int mm, int t) {
+    const uint32_t dst = ring_lane + t * Tile::bytes;
+    const uint8_t* rec = r[U >= TPP ? t / TPP : 0];
+    Tile::copy_keys(dst, rec, 16 * tile_in_page(mm, t), lane);
+    Tile::copy_values(dst, rec, 16 * tile_in_page(mm, t), lane);
+    cp_async_commit();
+  };
   if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
     macro_records(0, rec_cur);
     KVQ_UNROLL
-    for (int t = 0; t < S - W; ++t) issue(rec_cur, 0, t);
+    for (int t = 0; t < U - W; t += W) {
+      if constexpr (kPipelined) {
+        issue(true, rec_cur, 0, t), issue(false, rec_cur, 0, t);
+      } else {
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w) issue_tile(rec_cur, 0, t + w);
+      }
+    }
   }
 
   store_query_rows(qs, qv);
   __syncthreads();
-  const int active_nt = (rows - row0 + 7) / 8 < NT ? (rows - row0 + 7) / 8 : NT;
 
   // Query operand: raw (INT8 / "none" keys) or, for INT2 / INT4 keys, q * scale in fp16 per key
   // group: Q'' = (q * 2^-e) * scale with the row's max |q| * 2^-e in [0.5, 1), so Q'' never
@@ -317,7 +356,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     Tile::load_k_param_pairs(tile + Tile::kp + 2 * D, i, zp);
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
-      if (NT > 1 && nt >= active_nt) break;
       const uint4* qzl = reinterpret_cast<const uint4*>(qz + (nt * 32 + lane) * QZ);
       float ze[4] = {}, zo[4] = {}, oe[4] = {}, oo[4] = {};
       KVQ_UNROLL
@@ -364,11 +402,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
       const uint32_t ka[4] = {Tile::k_pair(k0, 2 * kk), Tile::k_pair(k1, 2 * kk), Tile::k_pair(k0, 2 * kk + 1),
                               Tile::k_pair(k1, 2 * kk + 1)};
       KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
-        if (NT == 1 || nt < active_nt) {
-          mma16816<KMma>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
-          if constexpr (KSPLIT) mma16816<fp16>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qlo[nt][kk][0], qlo[nt][kk][1]);
-        }
+      for (int nt = 0; nt < NT; ++nt) {
+        mma16816<KMma>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qb[nt][kk][0], qb[nt][kk][1]);
+        if constexpr (KSPLIT) mma16816<fp16>(kk % 2 ? sacc2[nt] : sacc[nt], ka, qlo[nt][kk][0], qlo[nt][kk][1]);
+      }
     }
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)
@@ -402,17 +439,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
                                 Tile::v_pair_blocked(v1, 2 * mt, vbit), Tile::v_pair_blocked(v1, 2 * mt + 1, vbit)};
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt)
-          if (NT == 1 || nt < active_nt) mma16816<fp16>(o[nt][mt], va, pp[nt][mt / 2][0], pp[nt][mt / 2][1]);
+          mma16816<fp16>(o[nt][mt], va, pp[nt][mt / 2][0], pp[nt][mt / 2][1]);
       }
       // Running sums ZZ_B (row B = lane g's block, its zero points).
       const uint32_t z0 = g < NB ? Tile::v_block_params(tile, i, g, 1) : 0u;
       const uint32_t z1 = g < NB ? Tile::v_block_params(tile, i + 4, g, 1) : 0u;
       const uint32_t za[4] = {z0, 0u, z1, 0u};
       KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt) {
-        if (NT > 1 && nt >= active_nt) break;
-        mma16816<fp16>(zz[nt], za, pb[nt][0], pb[nt][1]);
-      }
+      for (int nt = 0; nt < NT; ++nt) mma16816<fp16>(zz[nt], za, pb[nt][0], pb[nt][1]);
     } else {
       typename Tile::VPair v0, v1;
       Tile::load_v(tile, i, g, v0);
@@ -423,71 +457,97 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
                                 Tile::v_pair(v1, 2 * mt + 1)};
         KVQ_UNROLL
         for (int nt = 0; nt < NT; ++nt)
-          if (NT == 1 || nt < active_nt) mma16816<T>(o[nt][mt], va, pb[nt][0], pb[nt][1]);
+          mma16816<T>(o[nt][mt], va, pb[nt][0], pb[nt][1]);
       }
     }
   };
 
-  // One step: W tiles starting at tile t of macro-iteration mm (their slots are t .. t + W - 1).
-  using PT = std::conditional_t<VB, fp16, T>;
-  auto step = [&](int mm, int t) {
+  // The loop is software-pipelined by one step: iteration k computes the values of step k - 1
+  // and the logits of step k in one basic block (no branch between them), so the two independent
+  // streams (step k's key unpacking and mma chains, step k - 1's exponentials, value unpacking and
+  // mma chains) fill each other's latencies; only the rare rescale branch and the masking of a
+  // ragged last tile sit between iterations. The step's state between the two halves: y (its
+  // logits in y units, below) and lmx (the lane's max per row).
+  float y[NT][W][2][2], lmx[NT][2];  // y: [row tile][tile][token g / g+8][row 2i + hh]
+
+  // Logits of the step at position t of macro-iteration mm (slots t .. t + W - 1), as y before
+  // the softcap; step_scores finishes them (kept apart so that the softcap's branch does not split
+  // the pipelined block).
+  int rel0[W];  // the step's tiles' first tokens - base
+  auto step_logits = [&](int mm, int t) {
     float sacc[W][NT][4];
-    int rel0[W];
     KVQ_UNROLL
     for (int w = 0; w < W; ++w) {
       const uint8_t* tile = ring + (t + w) * Tile::bytes;
       const int tip = tile_in_page(mm, t + w);
-      rel0[w] = 4 * P * ((mm * U + t + w) / TPP) + 16 * tip;  // the tile's first token - base
+      rel0[w] = 4 * P * ((mm * U + t + w) / TPP) + 16 * tip;
       if constexpr (Tile::k_asym)
         if (16 * tip % Tile::KQ::group == 0) group_bias(tile);
       tile_logits(tile, sacc[w]);
     }
-    // ---- online softmax over the step's 16 W tokens; P^T as the B operand of the value mma ----
-    // The row max is reduced across the 8 lanes of a row (three dependent shuffles) only when some
-    // lane holds a logit above the running max (one vote): otherwise the max does not move and
-    // the probabilities are exp2(y ps - m ps) with the running max, as the reduction would have
-    // given. The running max moves rarely after a split's first steps, so most steps skip the
-    // shuffle chain (v7's most stalled instructions, bench/NOTES.md). The running sum l rounds
-    // l * corr and + sum apart at the steps where the max moves.
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt)
+      KVQ_UNROLL
+      for (int w = 0; w < W; ++w)
+        KVQ_UNROLL
+        for (int u = 0; u < 2; ++u)
+          KVQ_UNROLL
+          for (int hh = 0; hh < 2; ++hh) y[nt][w][u][hh] = sacc[w][nt][2 * u + hh];
+  };
+  // The softcap, the mask of a ragged last tile and the lane's max per row of the step just
+  // computed.
+  auto step_scores = [&]() {
+    if (capped) {
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
+        KVQ_UNROLL
+        for (int hh = 0; hh < 2; ++hh)
+          KVQ_UNROLL
+          for (int w = 0; w < W; ++w)
+            KVQ_UNROLL
+            for (int u = 0; u < 2; ++u) y[nt][w][u][hh] = cap_log2 * tanhf(y[nt][w][u][hh] * (row_unscale(nt, hh) * cap_pre));
+    }
     // Tokens past rel_end (only in the warp's last tile, and only where records_end is not a
     // multiple of 16: R below q_len) are masked in a warp-uniform branch.
-    const bool ragged = rel0[W - 1] + 16 > rel_end;
-    uint32_t pb[W][NT][2];
-    KVQ_UNROLL
-    for (int nt = 0; nt < NT; ++nt) {
-      float y[W][2][2], lmx[2];  // [tile][token g / g+8][row 2i + hh]; the lane's max per row
+    if (rel0[W - 1] + 16 > rel_end) {
+      // Pins this as a branch (ptxas 13.0 keeps it one anyway): if-converted, its selects
+      // would run every step.
+      asm volatile("");
       KVQ_UNROLL
-      for (int hh = 0; hh < 2; ++hh)
-        KVQ_UNROLL
-        for (int w = 0; w < W; ++w)
-          KVQ_UNROLL
-          for (int u = 0; u < 2; ++u) {
-            y[w][u][hh] = sacc[w][nt][2 * u + hh];
-            if (capped) y[w][u][hh] = cap_log2 * tanhf(y[w][u][hh] * (row_unscale(nt, hh) * cap_pre));
-          }
-      if (ragged) {
-        // Pins this as a branch (ptxas 13.0 keeps it one anyway): if-converted, its selects
-        // would run every step.
-        asm volatile("");
+      for (int nt = 0; nt < NT; ++nt)
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
           for (int u = 0; u < 2; ++u)
-            if (rel0[w] + g + 8 * u >= rel_end) y[w][u][0] = y[w][u][1] = -INFINITY;
-      }
+            if (rel0[w] + g + 8 * u >= rel_end) y[nt][w][u][0] = y[nt][w][u][1] = -INFINITY;
+    }
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt)
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
-        lmx[hh] = -INFINITY;
+        lmx[nt][hh] = -INFINITY;
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
-          for (int u = 0; u < 2; ++u) lmx[hh] = fmaxf(lmx[hh], y[w][u][hh]);
+          for (int u = 0; u < 2; ++u) lmx[nt][hh] = fmaxf(lmx[nt][hh], y[nt][w][u][hh]);
       }
-      if (__any_sync(0xffffffffu, lmx[0] > m[nt][0] || lmx[1] > m[nt][1])) {  // a running max moves
+  };
+
+  // ---- online softmax over a step's 16 W tokens ----
+  // The row max is reduced across the 8 lanes of a row (three dependent shuffles) only when some
+  // lane holds a logit above the running max (one vote): otherwise the max does not move and the
+  // probabilities are exp2(y ps - m ps) with the running max, as the reduction would have given.
+  // The running max moves rarely after a split's first steps, so most steps skip the shuffle chain
+  // (v7's most stalled instructions, bench/NOTES.md). The running sum l rounds l * corr and + sum
+  // apart at the steps where the max moves. O holds the previous steps' values when this runs.
+  auto step_rescale = [&]() {
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
+      if (__any_sync(0xffffffffu, lmx[nt][0] > m[nt][0] || lmx[nt][1] > m[nt][1])) {  // a running max moves
         float cr[2];
         KVQ_UNROLL
         for (int hh = 0; hh < 2; ++hh) {
-          float mx = lmx[hh];
+          float mx = lmx[nt][hh];
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
@@ -504,6 +564,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
         }
         if constexpr (VB) zz[nt][0] *= cr[0], zz[nt][1] *= cr[1];
       }
+    }
+  };
+
+  // Probabilities of the step whose tiles are in slots t .. t + W - 1 (P^T as the B operand of the
+  // value mma), then O^T += V^T P^T over its tiles.
+  using PT = std::conditional_t<VB, fp16, T>;
+  auto step_values = [&](int t, const float (&yv)[NT][W][2][2]) {
+    uint32_t pb[W][NT][2];
+    KVQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
       float p[W][2][2];
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
@@ -512,7 +582,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
         KVQ_UNROLL
         for (int w = 0; w < W; ++w)
           KVQ_UNROLL
-          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(fmaf(y[w][u][hh], ps[nt][hh], mneg)), sum += p[w][u][hh];
+          for (int u = 0; u < 2; ++u) p[w][u][hh] = exp2_approx(fmaf(yv[nt][w][u][hh], ps[nt][hh], mneg)), sum += p[w][u][hh];
         l[nt][hh] += sum;
       }
       KVQ_UNROLL
@@ -526,25 +596,86 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   };
 
   wait_prior_grids();  // (every path waits for the transition grid before exiting)
-  for (int mm = 0; mm < nmacro; ++mm) {
-    macro_records(mm + 1, rec_next);
-    KVQ_UNROLL
-    for (int t = 0; t < U; t += W) {
-      // Refill the slots the previous step read with the tiles S - W ahead.
-      KVQ_UNROLL
-      for (int w = 0; w < W; ++w) {
-        if (t - W + w >= 0)
-          issue(rec_next, mm + 1, t - W + w);
-        else
-          issue(rec_cur, mm, U + t - W + w);
-      }
-      cp_async_wait<S - W>();
+  if constexpr (kPipelined) {
+    // Iteration k (position t of macro-iteration mm, k = mm SPM + t / W) of k = 0 .. nsteps: refill
+    // the keys of the slots step k - 1 used with those of step k + SPM - 1 (their keys were read in
+    // iteration k - 1), wait for step k's keys and step k - 1's values, then step k - 1's values and
+    // step k's logits, then refill the values of those slots. cp.async groups go out as K(k + SPM -
+    // 1) at the start and V(k + SPM - 1) at the end of iteration k, after the prologue's K(0) V(0) ..
+    // K(SPM - 2) V(SPM - 2); so at iteration k's wait the groups issued after K(k) and V(k - 1) are
+    // V(k), K(k + 1) .. V(k + SPM - 2), K(k + SPM - 1): 2 (SPM - 1) of them may still be in flight.
+    // Steps past the end refill from the warp's last page (page_record), so every iteration issues
+    // its two groups and the count holds.
+    const int nsteps = (ntiles + W - 1) / W;
+    const int niter = nsteps > 0 ? (nsteps + SPM) / SPM : 0;  // macro-iterations covering k = 0 .. nsteps
+    if (nsteps > 0) {    // iteration 0: step 0's logits only
+      issue_ahead(true, 0, 0);
+      cp_async_wait<2 * (SPM - 1)>();
       __syncwarp();
-      if (mm * U + t < ntiles) step(mm, t);
+      step_logits(0, 0);
+      step_scores();
       __syncwarp();
+      issue_ahead(false, 0, 0);
     }
-    KVQ_UNROLL
-    for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
+    for (int mm = 0; mm < niter; ++mm) {
+      macro_records(mm + 1, rec_next);
+      KVQ_UNROLL
+      for (int t = 0; t < U; t += W) {
+        const int k = mm * SPM + t / W;
+        if (k >= 1 && k <= nsteps) {
+          const int tp = t >= W ? t - W : U - W;  // the slots of step k - 1
+          issue_ahead(true, mm, t);
+          cp_async_wait<2 * (SPM - 1)>();
+          __syncwarp();
+          step_rescale();
+          if (k < nsteps) {
+            float yp[NT][W][2][2];  // step k - 1's logits (step_logits overwrites y)
+            KVQ_UNROLL
+            for (int e = 0; e < NT * W * 4; ++e) (&yp[0][0][0][0])[e] = (&y[0][0][0][0])[e];
+            step_logits(mm, t);
+            step_values(tp, yp);
+            step_scores();
+          } else {
+            // Keeps the two arms apart: hoisted in front of the branch, their common start (step
+            // k - 1's exponentials) would leave the pipelined block.
+            asm volatile("");
+            step_values(tp, y);
+          }
+          __syncwarp();
+          issue_ahead(false, mm, t);
+        }
+      }
+      KVQ_UNROLL
+      for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
+    }
+  } else {
+    // One step after the other: refill the slots the previous step read with the tiles S - W ahead
+    // (one cp.async group a tile), wait for this step's tiles, then its logits, scores and values.
+    const int nmacro = (ntiles + U - 1) / U;
+    for (int mm = 0; mm < nmacro; ++mm) {
+      macro_records(mm + 1, rec_next);
+      KVQ_UNROLL
+      for (int t = 0; t < U; t += W) {
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w) {
+          if (t - W + w >= 0)
+            issue_tile(rec_next, mm + 1, t - W + w);
+          else
+            issue_tile(rec_cur, mm, U + t - W + w);
+        }
+        cp_async_wait<S - W>();
+        __syncwarp();
+        if (mm * U + t < ntiles) {
+          step_logits(mm, t);
+          step_scores();
+          step_rescale();
+          step_values(t, y);
+        }
+        __syncwarp();
+      }
+      KVQ_UNROLL
+      for (int q = 0; q < NPM; ++q) rec_cur[q] = rec_next[q];
+    }
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the epilogue reuses the space
