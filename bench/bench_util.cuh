@@ -80,6 +80,9 @@ float time_once(L2Flusher& flusher, F&& fn) {
 // Write-only bandwidth: 16-byte stores over 2 GiB (GB/s), the roofline of a kernel that mostly writes.
 double store_bandwidth_gbps();
 double copy_bandwidth_gbps();
+// Read-only bandwidth: the copy kernel's loads without its stores, over 2 GiB, median of 20 (GB/s).
+// The ceiling of a kernel that only reads, such as decode: a copy's reads + writes run below it.
+double read_bandwidth_gbps();
 
 // Runs fn under Google Benchmark with manual time; sets bytes / GB/s / % of copy bandwidth.
 template <class F>
@@ -89,6 +92,7 @@ void run_timed(benchmark::State& state, double bytes, F&& fn) {
   check(cudaDeviceSynchronize(), "warm-up");
   for (auto _ : state) state.SetIterationTime(double(time_once(flusher, fn)) * 1e-3);
   const double bw = copy_bandwidth_gbps();
+  state.counters["read_GBps"] = read_bandwidth_gbps();
   state.counters["bytes"] = bytes;
   state.counters["GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["copy_GBps"] = bw;
