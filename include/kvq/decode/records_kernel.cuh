@@ -10,8 +10,10 @@
 //   S^T (16 tokens x 8 rows)  = K_tile . Q^T     mma.m16n8k16, keys as A, fp32 accumulators
 //   online softmax per row over the step's tokens (max by shuffles), P^T transposed by movmatrix
 //   O^T (D channels x 8 rows) += V_tile^T . P^T  values as A
-// The loop is software-pipelined by one step: a step's values are computed together with the next
-// step's logits (one basic block), and a stage's key and value parts are refilled separately.
+// With two row tiles (NT = 2) the loop is software-pipelined by one step: a step's values are
+// computed together with the next step's logits (one basic block), and a stage's key and value
+// parts are refilled separately. With one row tile the steps run one after the other and a tile is
+// refilled whole (the form that measured fastest for each, bench/NOTES.md "Decode v15").
 // Keys: INT2/INT4 codes enter an fp16 mma as exact (offset + code) pairs (a shift shared by
 // two pairs and one LOP3, quant/offset_code.hpp); the per-channel scale is folded into the query
 // (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the zero points
@@ -462,7 +464,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     }
   };
 
-  // The loop is software-pipelined by one step: iteration k computes the values of step k - 1
+  // Pipelined form (kPipelined): iteration k computes the values of step k - 1
   // and the logits of step k in one basic block (no branch between them), so the two independent
   // streams (step k's key unpacking and mma chains, step k - 1's exponentials, value unpacking and
   // mma chains) fill each other's latencies; only the rare rescale branch and the masking of a
