@@ -209,19 +209,21 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   auto tile_in_page = [&](int mm, int t) { return U >= TPP ? t % TPP : (mm % MPP) * U + t; };
   uint8_t* ring = smem + L::q_bytes + size_t(warp) * S * Tile::bytes;
   const uint32_t ring_lane = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + 16 * lane;
-  // The key part (keys) or the value part of the W tiles at positions t .. t + W - 1 of
-  // macro-iteration mm, as one cp.async group.
-  auto issue = [&](bool keys, const uint8_t* const (&r)[NPM], int mm, int t) {
+  // Copies of the W tiles at positions t .. t + W - 1 of macro-iteration mm. The pipelined loop
+  // refills a step's key part and its value part as two cp.async groups (kKeys, kValues); the
+  // other loop refills whole tiles, one group a tile (kTiles).
+  enum { kKeys, kValues, kTiles };
+  auto issue = [&](int part, const uint8_t* const (&r)[NPM], int mm, int t) {
     KVQ_UNROLL
     for (int w = 0; w < W; ++w) {
       const uint32_t dst = ring_lane + (t + w) * Tile::bytes;
       const uint8_t* rec = r[U >= TPP ? (t + w) / TPP : 0];
-      if (keys)
-        Tile::copy_keys(dst, rec, 16 * tile_in_page(mm, t + w), lane);
-      else
-        Tile::copy_values(dst, rec, 16 * tile_in_page(mm, t + w), lane);
+      const int t0 = 16 * tile_in_page(mm, t + w);
+      if (part != kValues) Tile::copy_keys(dst, rec, t0, lane);
+      if (part != kKeys) Tile::copy_values(dst, rec, t0, lane);
+      if (part == kTiles) cp_async_commit();
     }
-    cp_async_commit();
+    if (part != kTiles) cp_async_commit();
   };
 
   // The ring's first steps are in flight while the queries are stored (the ring does not overlap
@@ -229,33 +231,23 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // first; the others wait before the loop (every path waits before exiting).
   const uint8_t* rec_cur[NPM];
   const uint8_t* rec_next[NPM];
-  // Part (keys or values) of the step SPM - 1 steps after the one at position t of macro-iteration
-  // mm: position t - W of the next macro-iteration, or U - W of this one.
-  auto issue_ahead = [&](bool keys, int mm, int t) {
+  // The step S - W tiles after the one at position t of macro-iteration mm (SPM - 1 steps ahead):
+  // position t - W of the next macro-iteration, or U - W of this one.
+  auto issue_ahead = [&](int part, int mm, int t) {
     if (t >= W)
-      issue(keys, rec_next, mm + 1, t - W);
+      issue(part, rec_next, mm + 1, t - W);
     else
-      issue(keys, rec_cur, mm, U - W + t);
+      issue(part, rec_cur, mm, U - W + t);
   };
   if (end > s.cold) wait_prior_grids();  // the transition records are written
-  // A whole tile (keys then values) as one cp.async group: the ring of the loop that is not pipelined.
-  auto issue_tile = [&](const uint8_t* const (&r)[NPM], int mm, int t) {
-    const uint32_t dst = ring_lane + t * Tile::bytes;
-    const uint8_t* rec = r[U >= TPP ? t / TPP : 0];
-    Tile::copy_keys(dst, rec, 16 * tile_in_page(mm, t), lane);
-    Tile::copy_values(dst, rec, 16 * tile_in_page(mm, t), lane);
-    cp_async_commit();
-  };
   if (npages > 0) {  // else the warp has no tiles (no copies, no loop)
     macro_records(0, rec_cur);
     KVQ_UNROLL
     for (int t = 0; t < U - W; t += W) {
-      if constexpr (kPipelined) {
-        issue(true, rec_cur, 0, t), issue(false, rec_cur, 0, t);
-      } else {
-        KVQ_UNROLL
-        for (int w = 0; w < W; ++w) issue_tile(rec_cur, 0, t + w);
-      }
+      if constexpr (kPipelined)
+        issue(kKeys, rec_cur, 0, t), issue(kValues, rec_cur, 0, t);
+      else
+        issue(kTiles, rec_cur, 0, t);
     }
   }
 
@@ -611,13 +603,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     const int nsteps = (ntiles + W - 1) / W;
     const int niter = nsteps > 0 ? (nsteps + SPM) / SPM : 0;  // macro-iterations covering k = 0 .. nsteps
     if (nsteps > 0) {    // iteration 0: step 0's logits only
-      issue_ahead(true, 0, 0);
+      issue_ahead(kKeys, 0, 0);
       cp_async_wait<2 * (SPM - 1)>();
       __syncwarp();
       step_logits(0, 0);
       step_scores();
       __syncwarp();
-      issue_ahead(false, 0, 0);
+      issue_ahead(kValues, 0, 0);
     }
     for (int mm = 0; mm < niter; ++mm) {
       macro_records(mm + 1, rec_next);
@@ -626,7 +618,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
         const int k = mm * SPM + t / W;
         if (k >= 1 && k <= nsteps) {
           const int tp = t >= W ? t - W : U - W;  // the slots of step k - 1
-          issue_ahead(true, mm, t);
+          issue_ahead(kKeys, mm, t);
           cp_async_wait<2 * (SPM - 1)>();
           __syncwarp();
           step_rescale();
@@ -644,7 +636,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
             step_values(tp, y);
           }
           __syncwarp();
-          issue_ahead(false, mm, t);
+          issue_ahead(kValues, mm, t);
         }
       }
       KVQ_UNROLL
@@ -652,19 +644,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     }
   } else {
     // One step after the other: refill the slots the previous step read with the tiles S - W ahead
-    // (one cp.async group a tile), wait for this step's tiles, then its logits, scores and values.
+    // (issue_ahead: one cp.async group a tile), wait for this step's tiles, then its logits,
+    // scores and values.
     const int nmacro = (ntiles + U - 1) / U;
     for (int mm = 0; mm < nmacro; ++mm) {
       macro_records(mm + 1, rec_next);
       KVQ_UNROLL
       for (int t = 0; t < U; t += W) {
-        KVQ_UNROLL
-        for (int w = 0; w < W; ++w) {
-          if (t - W + w >= 0)
-            issue_tile(rec_next, mm + 1, t - W + w);
-          else
-            issue_tile(rec_cur, mm, U + t - W + w);
-        }
+        issue_ahead(kTiles, mm, t);
         cp_async_wait<S - W>();
         __syncwarp();
         if (mm * U + t < ntiles) {
