@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "kvq/cache/config.hpp"
+#include "kvq/numeric/and_or.hpp"
 #include "kvq/numeric/mma.cuh"
 #include "kvq/quant/formats.hpp"
 #include "kvq/quant/offset_code.hpp"
@@ -186,7 +187,7 @@ struct RecordTile {
   // INT8 bytes e0 (low half) and e1 (high half) of x as an exact pair of T.
   KVQ_DEVICE static uint32_t int8_pair(uint32_t x, uint32_t y, int e0, int e1) {
     const uint32_t t = __byte_perm(x, y, uint32_t(e0) | (uint32_t(e1) << 8));
-    const uint32_t lo = (t & 0x007f007fu) | H::magic, hi = (t & 0x00800080u) | H::magic;
+    const uint32_t lo = and_or(t, 0x007f007fu, H::magic), hi = and_or(t, 0x00800080u, H::magic);
     return hfma2<T>(hi, H::neg_one, lo);  // (magic + low 7 bits) - (magic + 128 * sign)
   }
 
@@ -374,7 +375,7 @@ struct RecordTile {
     const int w = u / v_cpw, e = u % v_cpw;
     if constexpr (v_packed) {
       constexpr uint32_t mask = packed_pair_mask(VQ::bits, 0);
-      const uint32_t x = ((v.w0[w] >> (VQ::bits * e)) & mask) | H::magic;
+      const uint32_t x = and_or(v.w0[w] >> (VQ::bits * e), mask, H::magic);
       const uint32_t code = hfma2<T>(x, H::one, H::neg_magic);  // exact
       return hfma2<T>(code, v.s[w], v.z[w]);
     } else if constexpr (v_int8) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kvq/core/platform.hpp"
+#include "kvq/numeric/and_or.hpp"
 #include "kvq/quant/packing.hpp"
 
 KVQ_NAMESPACE_BEGIN
@@ -51,13 +52,7 @@ template <int Bits>
 KVQ_HD uint32_t offset_code_at(uint32_t moved, int t) {
   const uint32_t mask = packed_pair_mask(Bits, t);
   const uint32_t exponent = (uint32_t(25 - t) << 10) * 0x00010001u;  // 2^(10 - t) in each half
-#ifdef __CUDA_ARCH__
-  uint32_t d;  // one LOP3 (the compiler splits (x & imm) | imm into two)
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(moved), "r"(mask), "r"(exponent));
-  return d;
-#else
-  return (moved & mask) | exponent;
-#endif
+  return and_or(moved, mask, exponent);  // one LOP3
 }
 
 // The pair of codes at bit p of each half-word of x, as fp16 (offset + code) pairs.
