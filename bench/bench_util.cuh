@@ -20,6 +20,7 @@ inline void check(cudaError_t e, const char* what) {
 }
 
 // Reads `bytes` of `buf` (a kernel whose result is never used): L2 then holds clean lines of it.
+// The same stream read_bandwidth_gbps times.
 void read_through(const void* buf, size_t bytes, cudaStream_t s);
 
 // Overwrites a buffer larger than L2 so no iteration starts with its inputs cached.
