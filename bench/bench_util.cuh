@@ -81,8 +81,10 @@ float time_once(L2Flusher& flusher, F&& fn) {
 // Write-only bandwidth: 16-byte stores over 2 GiB (GB/s), the roofline of a kernel that mostly writes.
 double store_bandwidth_gbps();
 double copy_bandwidth_gbps();
-// Read-only bandwidth: the copy kernel's loads without its stores, over 2 GiB, median of 20 (GB/s).
-// The ceiling of a kernel that only reads, such as decode: a copy's reads + writes run below it.
+// Read-only bandwidth over 2 GiB, median of 20 (GB/s): the faster of two read kernels, the copy
+// kernel's loads without its stores (grid-stride) and a chunked read (each warp its own contiguous
+// run, 8 loads in flight a lane); both are printed to stderr once. The ceiling of a kernel that only
+// reads, such as decode: a copy's reads + writes run below it.
 double read_bandwidth_gbps();
 
 // Runs fn under Google Benchmark with manual time; sets bytes / GB/s / % of copy bandwidth.
