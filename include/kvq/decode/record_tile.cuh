@@ -29,7 +29,9 @@
 // probabilities (P' = P s, the B operand), the factor 2^(q - 24) of each channel leaves the fp32
 // sums once per split, and one running sum per block restores O = 2^(24 - q) A + sum P z.
 // Other INT2/INT4 values: (magic + code) by one OR, the code by one exact subtraction, scale and
-// zero point by one fma.
+// zero point by one fma. INT8 keys enter the fp16 mma as exact subnormals (x + 128) 2^-24
+// (quant/int8_subnormal.hpp: one XOR a word, one byte permute a pair); the offset leaves through a
+// per-row bias and 2^24 and the token scale multiply the logits.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,7 @@
 #include "kvq/numeric/and_or.hpp"
 #include "kvq/numeric/mma.cuh"
 #include "kvq/quant/formats.hpp"
+#include "kvq/quant/int8_subnormal.hpp"
 #include "kvq/quant/offset_code.hpp"
 #include "kvq/quant/packing.hpp"
 #include "kvq/quant/subnormal_values.hpp"
@@ -184,25 +187,29 @@ struct RecordTile {
     load_share<k_share, 4>(tile + kc + r * k_row, i, w);
   }
 
-  // INT8 bytes e0 (low half) and e1 (high half) of x as an exact pair of T.
+  // INT8 bytes e0 (low half) and e1 (high half) of x as an exact pair of T (the values' codes).
   KVQ_DEVICE static uint32_t int8_pair(uint32_t x, uint32_t y, int e0, int e1) {
     const uint32_t t = __byte_perm(x, y, uint32_t(e0) | (uint32_t(e1) << 8));
     const uint32_t lo = and_or(t, 0x007f007fu, H::magic), hi = and_or(t, 0x00800080u, H::magic);
     return hfma2<T>(hi, H::neg_one, lo);  // (magic + low 7 bits) - (magic + 128 * sign)
   }
 
-  // The key mma's element type: fp16 for INT2/INT4 keys (exact codes against q * scale, scaled
-  // into fp16 range per row; 3 more mantissa bits than bf16), the model dtype otherwise.
-  using KMma = std::conditional_t<k_asym, fp16, T>;
+  // Whether the key mma takes the query scaled into fp16 range per row (q 2^-e, row max |q| 2^-e in
+  // [0.5, 1)): INT2/INT4 keys (exact codes against q * scale; 3 more mantissa bits than bf16) and
+  // INT8 keys (exact subnormal codes against q 2^-e). Its element type is fp16 then, else the
+  // model dtype.
+  static constexpr bool k_scaled_query = k_asym || k_int8;
+  using KMma = std::conditional_t<k_scaled_query, fp16, T>;
 
-  // Pair j of lane i as A operand: INT2/INT4 (offset + code) in fp16, INT8 the codes, "none" the values.
+  // Pair j of lane i as A operand: INT2/INT4 (offset + code) in fp16, INT8 (code + 128) 2^-24 in
+  // fp16 (the XOR is shared by the word's two pairs), "none" the values.
   KVQ_DEVICE static uint32_t k_pair(const uint32_t (&w)[k_words], int j) {
     const uint32_t x = w[j / k_pairs_per_word];
     const int pw = k_pos(j);
     if constexpr (k_asym) {
       return offset_code_pair<KQ::bits>(x, KQ::bits * pw);  // exact
     } else if constexpr (k_int8) {
-      return int8_pair(x, x, 2 * pw, 2 * pw + 1);
+      return int8_subnormal_pair(int8_subnormal_word(x), 2 * pw, 2 * pw + 1);  // exact
     } else {
       return x;
     }

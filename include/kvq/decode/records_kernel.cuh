@@ -18,8 +18,10 @@
 // two pairs and one LOP3, quant/offset_code.hpp); the per-channel scale is folded into the query
 // (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the zero points
 // and offsets into a per-row bias computed by two more mmas (zero . q 2^-e - offset . Q''), so
-// S = 2^e ((offset + code) . Q'' + bias). INT8 keys enter as exact codes and the token scale
-// multiplies S.
+// S = 2^e ((offset + code) . Q'' + bias). INT8 keys enter an fp16 mma as exact subnormals
+// (x + 128) 2^-24 against q 2^-e (quant/int8_subnormal.hpp: one XOR a word, one byte permute a
+// pair), a per-row bias (-128 2^-24) . q 2^-e, computed once, removes the offset, and the token
+// scale times 2^(24 + e) multiplies S.
 // Values, INT2/INT4 with groups of a multiple of 32 channels ("blocked", record_tile.cuh): the
 // codes enter an fp16 mma as exact subnormals code * 2^(q - 24), the token's group scale is in the
 // probabilities (P'_B = P s_B per 32-channel block B), and per block and row one running sum,
@@ -53,10 +55,10 @@ struct RecordsSmem {
   // Ring stages per warp: 4 when they fit in 16 KB (INT2/INT4 up to D 128, INT2 at D 256), else 2.
   // A power of two, so that the kernel's unrolled loop can give each tile a constant slot.
   static constexpr int stages = 4 * Tile::bytes <= 16384 ? 4 : 2;
-  // qs: [rows][D] fp32 queries. INT2 / INT4 keys also: qz, the fp16 pairs of q * 2^-e (row max in
+  // qs: [rows][D] fp32 queries. INT2 / INT4 / INT8 keys: row_down, [rows] 2^e. INT2 / INT4 keys also: qz, the fp16 pairs of q * 2^-e (row max in
   // [0.5, 1)) in the A-fragment order of the key-bias mma, [rows / 8][32 lanes][qz_stride] words
   // (lane (g, i): row 8 nt + g, its D/8 channel pairs as D/32 quads, 4 words of padding so a
-  // quarter-warp's 16-byte loads hit distinct banks); row_down: [rows] 2^e.
+  // quarter-warp's 16-byte loads hit distinct banks).
   static constexpr int qz_stride = D / 8 + 4;
   static constexpr size_t qs_bytes = size_t(rows) * D * 4;
   static constexpr size_t qz_bytes = size_t(rows / 8) * 32 * qz_stride * 4;
@@ -254,9 +256,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   store_query_rows(qs, qv);
   __syncthreads();
 
-  // Query operand: raw (INT8 / "none" keys) or, for INT2 / INT4 keys, q * scale in fp16 per key
-  // group: Q'' = (q * 2^-e) * scale with the row's max |q| * 2^-e in [0.5, 1), so Q'' never
-  // exceeds the largest fp16 scale; then S = 2^e ((offset + code) . Q'' + zero . (q 2^-e) - offset . Q'').
+  // Query operand: raw ("none" keys), q 2^-e in fp16 (INT8 keys) or, for INT2 / INT4 keys, q * scale
+  // in fp16 per key group: Q'' = (q * 2^-e) * scale, with the row's max |q| * 2^-e in [0.5, 1), so
+  // Q'' never exceeds the largest fp16 scale; then S = 2^e ((offset + code) . Q'' + zero . (q 2^-e) - offset . Q'').
   using KMma = typename Tile::KMma;
   constexpr int QZ = L::qz_stride;
   // fp16 models, INT2/INT4 keys: Q'' = hi + lo (two fp16 parts; the key mma runs on both), so the
@@ -265,7 +267,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   constexpr bool KSPLIT = Tile::k_asym && std::is_same_v<T, fp16>;
   uint32_t qb[NT][KS][2], qlo[NT][KSPLIT ? KS : 1][2];
   float bias[NT][2];
-  if constexpr (Tile::k_asym) {
+  if constexpr (Tile::k_scaled_query) {
     for (int r = warp; r < ROWS; r += kDecodeWarps) {
       float mx = 0.0f;
       for (int c = lane; c < D; c += 32) mx = fmaxf(mx, fabsf(qs[r * D + c]));
@@ -276,11 +278,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
       if (!(mx > 0.0f && mx < INFINITY)) ex = 0;
       const float up = ldexpf(1.0f, -ex);
       // qz in fragment order (L::qz_bytes): lane (r % 8, ii)'s quad kp = its pairs 4kp, 4kp+2, 4kp+1, 4kp+3.
-      for (int x = lane; x < 4 * 2 * KS; x += 32) {
-        const int ii = x / (2 * KS), j = x % (2 * KS), c = Tile::k_channel(ii, j), e = j % 4;
-        qz[((r / 8) * 32 + (r % 8) * 4 + ii) * QZ + 4 * (j / 4) + 2 * (e & 1) + (e >> 1)] =
-            pack2<fp16>(qs[r * D + c] * up, qs[r * D + c + 1] * up);
-      }
+      if constexpr (Tile::k_asym)
+        for (int x = lane; x < 4 * 2 * KS; x += 32) {
+          const int ii = x / (2 * KS), j = x % (2 * KS), c = Tile::k_channel(ii, j), e = j % 4;
+          qz[((r / 8) * 32 + (r % 8) * 4 + ii) * QZ + 4 * (j / 4) + 2 * (e & 1) + (e >> 1)] =
+              pack2<fp16>(qs[r * D + c] * up, qs[r * D + c + 1] * up);
+        }
       if (lane == 0) row_down[r] = ldexpf(1.0f, ex);
     }
     __syncthreads();
@@ -294,8 +297,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
       for (int hh = 0; hh < 2; ++hh) {
         const int c = Tile::k_channel(i, 2 * kk + hh);
         const float2 q2 = *reinterpret_cast<const float2*>(&qs[(nt * 8 + g) * D + c]);
-        qb[nt][kk][hh] = pack2<KMma>(q2.x, q2.y);
+        const float up = Tile::k_int8 ? 1.0f / row_down[nt * 8 + g] : 1.0f;  // 2^-e, exact
+        qb[nt][kk][hh] = pack2<KMma>(q2.x * up, q2.y * up);
       }
+    if constexpr (Tile::k_int8) {  // bias = (-128 2^-24) . q 2^-e: every token row of the mma the same
+      constexpr uint32_t c = kInt8SubnormalNegOffsetPair;
+      const uint32_t ka[4] = {c, c, c, c};
+      float acc[4] = {};
+      KVQ_UNROLL
+      for (int kk = 0; kk < KS; ++kk) mma16816<fp16>(acc, ka, qb[nt][kk][0], qb[nt][kk][1]);
+      bias[nt][0] = acc[0], bias[nt][1] = acc[1];
+    }
   }
 
   // Blocked values: zz[nt] holds ZZ_B in row B of an mma accumulator; vbit: the bit of this lane's
@@ -322,20 +334,23 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     KVQ_UNROLL
     for (int e = 0; e < 8; ++e) koff[e / 4][e % 4] = cw[e];
   }
-  // Logits in log2 units: x = S pre (pre = 2^e softmax_scale log2(e)), or with a softcap
-  // x = softcap log2(e) tanh(S pre) (pre = 2^e softmax_scale / softcap), 2^e the row's query scale
-  // (row_down; 1 for INT8 / "none" keys). The online softmax runs on y = S (no softcap) or y = x
-  // (softcap) and its running max m in y's units: p = exp2(y ps - m ps) with ps = pre or 1, one fma
-  // a logit (ps > 0, so the max of y is the max of x). The softcap path reads 2^e from shared memory
-  // where it needs it, so the loop holds one factor a row.
+  // Logits in log2 units: x = S pre (pre = 2^e u softmax_scale log2(e)), or with a softcap
+  // x = softcap log2(e) tanh(S pre) (pre = 2^e u softmax_scale / softcap), where S is the tile's
+  // sum as computed, 2^e the row's query scale (row_down; 1 for "none" keys) and u the unit of the
+  // key codes (2^24 for INT8 keys' subnormals, else 1; it joins the scalar factors first, so the
+  // product overflows only where the true factor does). The online softmax runs on y = S (no
+  // softcap) or y = x (softcap) and its running max m in y's units: p = exp2(y ps - m ps) with
+  // ps = pre or 1, one fma a logit (ps > 0, so the max of y is the max of x). The softcap path reads
+  // 2^e from shared memory where it needs it, so the loop holds one factor a row.
+  const float unit = Tile::k_int8 ? kInt8SubnormalUnit : 1.0f;
   const bool capped = a.softcap > 0.0f;
-  const float cap_log2 = a.softcap * 1.4426950408889634f, cap_pre = capped ? a.softmax_scale / a.softcap : 0.0f;
-  auto row_unscale = [&](int nt, int hh) { return Tile::k_asym ? row_down[nt * 8 + 2 * i + hh] : 1.0f; };
+  const float cap_log2 = a.softcap * 1.4426950408889634f, cap_pre = capped ? unit * a.softmax_scale / a.softcap : 0.0f;
+  auto row_unscale = [&](int nt, int hh) { return Tile::k_scaled_query ? row_down[nt * 8 + 2 * i + hh] : 1.0f; };
   float ps[NT][2];
   KVQ_UNROLL
   for (int nt = 0; nt < NT; ++nt)
     KVQ_UNROLL
-    for (int hh = 0; hh < 2; ++hh) ps[nt][hh] = capped ? 1.0f : row_unscale(nt, hh) * (a.softmax_scale * 1.4426950408889634f);
+    for (int hh = 0; hh < 2; ++hh) ps[nt][hh] = capped ? 1.0f : row_unscale(nt, hh) * (unit * a.softmax_scale * 1.4426950408889634f);
   // Key bias of a new key group (INT2/INT4 keys) and Q'' = (q 2^-e) * scale for its tiles:
   //   bias = zero . (q 2^-e) - offset . Q''
   // zero . (q 2^-e): one mma per k-step with the queries as A (rows = heads, qz quads straight from
@@ -379,7 +394,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
     }
   };
 
-  // S^T of one tile: sacc = bias + K_tile . Q''^T (INT2/INT4), K . Q^T * token scale (INT8) or K . Q^T.
+  // S^T of one tile: sacc = bias + K_tile . Q''^T (INT2/INT4), (bias + K' . (q 2^-e)^T) * token scale
+  // (INT8, K' the subnormal codes) or K . Q^T.
   auto tile_logits = [&](const uint8_t* tile, float (&sacc)[NT][4]) {
     float sacc2[NT][4];  // odd k-steps: two chains of KS/2 mmas
     uint32_t k0[Tile::k_words], k1[Tile::k_words];
