@@ -5,8 +5,9 @@ columns) and a markdown table, with PyTorch SDPA's times (bench/sdpa_decode.py C
 usage: bench/decode_csv.py RUN.json --csv OUT.csv [--sdpa SDPA.csv] --commit C --gpu NAME
 Medians only. bytes: what the kernel must read (bench/decode_bench.cuh); pct_bw: % of the copy
 kernel's bandwidth measured in the same process (reads + writes); speedup_vs_none: time(none) /
-time(format). Runs that also measured the read-only stream (bench_util.cuh read_bandwidth_gbps,
-counter read_GBps) get a "% of read bw" column in the markdown table (the CSV's columns are fixed)."""
+time(format). Runs that also measured the read-only bandwidth (bench_util.cuh read_bandwidth_gbps,
+counter read_GBps: the read-only stream until run f19, since then the faster of it and a chunked
+read) get a "% of read bw" column in the markdown table (the CSV's columns are fixed)."""
 import argparse
 import csv
 import json
@@ -61,4 +62,4 @@ for r in sorted(rows, key=lambda r: (r["q_len"], ["none", "int8", "int4", "int2"
 if copy_bw:
     print(f"\ncopy-kernel bandwidth in this run: {min(copy_bw):.0f}-{max(copy_bw):.0f} GB/s; date {run['context']['date']}")
 if read_bw:
-    print(f"read-only stream bandwidth in this run: {min(read_bw):.0f}-{max(read_bw):.0f} GB/s")
+    print(f"read-only bandwidth in this run: {min(read_bw):.0f}-{max(read_bw):.0f} GB/s")
