@@ -31,7 +31,7 @@
 // Other INT2/INT4 values: (magic + code) by one OR, the code by one exact subtraction, scale and
 // zero point by one fma. INT8 keys enter the fp16 mma as exact subnormals (x + 128) 2^-24
 // (quant/int8_subnormal.hpp: one XOR a word, one byte permute a pair); the offset leaves through a
-// per-row bias and 2^24 and the token scale multiply the logits.
+// per-row bias, and the token scale and 2^24 multiply the logits.
 #pragma once
 
 #include <cstdint>

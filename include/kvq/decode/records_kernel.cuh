@@ -20,8 +20,8 @@
 // and offsets into a per-row bias computed by two more mmas (zero . q 2^-e - offset . Q''), so
 // S = 2^e ((offset + code) . Q'' + bias). INT8 keys enter an fp16 mma as exact subnormals
 // (x + 128) 2^-24 against q 2^-e (quant/int8_subnormal.hpp: one XOR a word, one byte permute a
-// pair), a per-row bias (-128 2^-24) . q 2^-e, computed once, removes the offset, and the token
-// scale times 2^(24 + e) multiplies S.
+// pair), a per-row bias (-128 2^-24) . q 2^-e, computed once, removes the offset, the token scale
+// multiplies S and 2^(24 + e) joins the logits' scale factor.
 // Values, INT2/INT4 with groups of a multiple of 32 channels ("blocked", record_tile.cuh): the
 // codes enter an fp16 mma as exact subnormals code * 2^(q - 24), the token's group scale is in the
 // probabilities (P'_B = P s_B per 32-channel block B), and per block and row one running sum,
@@ -55,10 +55,10 @@ struct RecordsSmem {
   // Ring stages per warp: 4 when they fit in 16 KB (INT2/INT4 up to D 128, INT2 at D 256), else 2.
   // A power of two, so that the kernel's unrolled loop can give each tile a constant slot.
   static constexpr int stages = 4 * Tile::bytes <= 16384 ? 4 : 2;
-  // qs: [rows][D] fp32 queries. INT2 / INT4 / INT8 keys: row_down, [rows] 2^e. INT2 / INT4 keys also: qz, the fp16 pairs of q * 2^-e (row max in
-  // [0.5, 1)) in the A-fragment order of the key-bias mma, [rows / 8][32 lanes][qz_stride] words
-  // (lane (g, i): row 8 nt + g, its D/8 channel pairs as D/32 quads, 4 words of padding so a
-  // quarter-warp's 16-byte loads hit distinct banks).
+  // qs: [rows][D] fp32 queries. INT2 / INT4 / INT8 keys: row_down, [rows] 2^e (row max |q| 2^-e in
+  // [0.5, 1)). INT2 / INT4 keys also: qz, the fp16 pairs of q * 2^-e in the A-fragment order of the
+  // key-bias mma, [rows / 8][32 lanes][qz_stride] words (lane (g, i): row 8 nt + g, its D/8 channel
+  // pairs as D/32 quads, 4 words of padding so a quarter-warp's 16-byte loads hit distinct banks).
   static constexpr int qz_stride = D / 8 + 4;
   static constexpr size_t qs_bytes = size_t(rows) * D * 4;
   static constexpr size_t qz_bytes = size_t(rows / 8) * 32 * qz_stride * 4;
