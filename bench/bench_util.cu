@@ -65,18 +65,24 @@ __global__ void store_kernel(uint4* __restrict__ out, size_t n) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = v;
 }
 
+// The device word the read kernels' never-true store targets, allocated once (read_through runs
+// before every timed call).
+uint32_t* sink_word() {
+  static uint32_t* sink = nullptr;
+  if (!sink) check(cudaMalloc(&sink, 4), "sink");
+  return sink;
+}
+
 }  // namespace
 
 void read_through(const void* buf, size_t bytes, cudaStream_t s) {
-  static uint32_t* sink = nullptr;  // allocated and sized once: this runs before every timed call
   static int sms = 0;
-  if (!sink) {
+  if (!sms) {
     int dev = 0;
     check(cudaGetDevice(&dev), "device");
-    check(cudaMalloc(&sink, 4), "sink");
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sms");
   }
-  stream_read_kernel<<<sms * 8, 256, 0, s>>>(static_cast<const uint4*>(buf), bytes / sizeof(uint4), sink);
+  stream_read_kernel<<<sms * 8, 256, 0, s>>>(static_cast<const uint4*>(buf), bytes / sizeof(uint4), sink_word());
   check(cudaGetLastError(), "read_through");
 }
 
@@ -114,11 +120,8 @@ double read_bandwidth_gbps() {
   static double cached = 0.0;
   if (cached > 0.0) return cached;
   uint4* in = filled_buffer("read in");
-  uint32_t* sink = nullptr;
-  check(cudaMalloc(&sink, 4), "read sink");
   const float stream_ms = stream_median_ms([&](size_t n, int) { read_through(in, n * sizeof(uint4), nullptr); });
-  const float chunk_ms = stream_median_ms([&](size_t n, int sms) { chunk_read_kernel<<<sms * 8, 256>>>(in, n, sink); });
-  cudaFree(sink);
+  const float chunk_ms = stream_median_ms([&](size_t n, int sms) { chunk_read_kernel<<<sms * 8, 256>>>(in, n, sink_word()); });
   cudaFree(in);
   const double stream = gbps(double(kStreamBytes), stream_ms), chunk = gbps(double(kStreamBytes), chunk_ms);
   std::fprintf(stderr, "read bandwidth: grid-stride stream %.0f GB/s, chunked %.0f GB/s\n", stream, chunk);
