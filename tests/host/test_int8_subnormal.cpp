@@ -7,14 +7,8 @@
 #include <cstdint>
 #include <random>
 
-#include "kvq/numeric/dtype.hpp"
 #include "kvq/quant/int8_subnormal.hpp"
-
-namespace {
-
-float half_value(uint32_t pair, int hi) { return kvq::fp16{uint16_t(hi ? pair >> 16 : pair & 0xFFFFu)}.to_float(); }
-
-}  // namespace
+#include "kvq/quant/subnormal_code.hpp"
 
 TEST_CASE("int8 subnormal: every code at every byte position is an exact fp16 subnormal pair") {
   using namespace kvq::detail;
@@ -33,13 +27,13 @@ TEST_CASE("int8 subnormal: every code at every byte position is an exact fp16 su
         const uint32_t pair = int8_subnormal_pair(int8_subnormal_word(w), e0, e1);
         REQUIRE((pair & 0x7C007C00u) == 0u);  // exponent fields 0: subnormals (or zero)
         REQUIRE((pair & 0x80008000u) == 0u);  // positive
-        REQUIRE(half_value(pair, 0) * kInt8SubnormalUnit - 128.0f == float(x));
-        REQUIRE(half_value(pair, 1) * kInt8SubnormalUnit - 128.0f == float(y));
+        REQUIRE(half_low_f32(pair) * kInt8SubnormalUnit - 128.0f == float(x));
+        REQUIRE(half_high_f32(pair) * kInt8SubnormalUnit - 128.0f == float(y));
       }
 }
 
 TEST_CASE("int8 subnormal: the offset pair is -128 2^-24 in both halves") {
   using namespace kvq::detail;
-  CHECK(half_value(kInt8SubnormalNegOffsetPair, 0) * kInt8SubnormalUnit == -128.0f);
-  CHECK(half_value(kInt8SubnormalNegOffsetPair, 1) * kInt8SubnormalUnit == -128.0f);
+  CHECK(half_low_f32(kInt8SubnormalNegOffsetPair) * kInt8SubnormalUnit == -128.0f);
+  CHECK(half_high_f32(kInt8SubnormalNegOffsetPair) * kInt8SubnormalUnit == -128.0f);
 }
