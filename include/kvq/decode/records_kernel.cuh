@@ -291,13 +291,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   KVQ_UNROLL
   for (int nt = 0; nt < NT; ++nt) {
     bias[nt][0] = bias[nt][1] = 0.0f;
+    const float up = Tile::k_int8 ? 1.0f / row_down[nt * 8 + g] : 1.0f;  // row nt * 8 + g's 2^-e, exact
     KVQ_UNROLL
     for (int kk = 0; kk < KS; ++kk)
       KVQ_UNROLL
       for (int hh = 0; hh < 2; ++hh) {
         const int c = Tile::k_channel(i, 2 * kk + hh);
         const float2 q2 = *reinterpret_cast<const float2*>(&qs[(nt * 8 + g) * D + c]);
-        const float up = Tile::k_int8 ? 1.0f / row_down[nt * 8 + g] : 1.0f;  // 2^-e, exact
         qb[nt][kk][hh] = pack2<KMma>(q2.x * up, q2.y * up);
       }
     if constexpr (Tile::k_int8) {  // bias = (-128 2^-24) . q 2^-e: every token row of the mma the same
