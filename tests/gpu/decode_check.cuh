@@ -441,7 +441,8 @@ void check_decode_many_slots(uint64_t seed) {
   decode_step_and_check<Cfg>(host, dev, gen, {2}, 2, 2, 0.0f, rng, "many slots", nullptr, nullptr, 300);
 }
 
-// Isolation of the two halves of the kernel (prompt then one decode step of q_len 1..4):
+// Isolation of the two halves of the kernel (prompt then one decode step of q_len 1..max_q, GQA
+// group 4: max_q 4 keeps the rows within the records kernel's 16, max_q 16 takes the many-row kernel):
 //  constant keys: every logit is equal, so the output must be the mean of the values as the cache
 //    holds them (tests the value path alone);
 //  one-hot values: token t's value is e_(7t mod D), so output channel c is the sum of the
@@ -451,7 +452,7 @@ void check_decode_many_slots(uint64_t seed) {
 enum class Isolation { kConstantKeys, kOneHotValues };
 
 template <class Cfg>
-void check_decode_isolation(uint64_t seed, Isolation kind) {
+void check_decode_isolation(uint64_t seed, Isolation kind, int max_q = 4) {
   using T = typename Cfg::dtype;
   constexpr int P = Cfg::page, D = Cfg::head_dim;
   std::mt19937_64 rng(seed);
@@ -478,7 +479,7 @@ void check_decode_isolation(uint64_t seed, Isolation kind) {
   DeviceMirror<Cfg> dev;
   dev.upload(host);
   REQUIRE(step_both_with(host, dev, prompt, pk, pv, "isolation prompt"));
-  const std::vector<int32_t> counts{1 + int32_t(rng() % 4), 1 + int32_t(rng() % 4)};
+  const std::vector<int32_t> counts{1 + int32_t(rng() % max_q), 1 + int32_t(rng() % max_q)};
   const int64_t total = counts[0] + counts[1];
   const std::vector<T> nk = rows(total, true), nv = rows(total, false);
 
@@ -532,11 +533,12 @@ void check_decode_isolation(uint64_t seed, Isolation kind) {
       }
   }
   kvq::DecodePlan plan;
-  REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, group, heads, residual, host.len[0] + 4, 4, total, num_sms()}, &plan) ==
+  REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, group, heads, residual, host.len[0] + max_q, max_q, total, num_sms()}, &plan) ==
           kvq::Status::kSuccess);
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
   DeviceAttention<T> d(a, cu, q, nk, nv, dev.cold_len.get());
-  const std::string where = kind == Isolation::kConstantKeys ? "constant keys" : "one-hot values";
+  const std::string where = std::string(kind == Isolation::kConstantKeys ? "constant keys" : "one-hot values") + ", q_len " +
+                            std::to_string(counts[0]) + " and " + std::to_string(counts[1]);
   const std::vector<T> got = run_decode<Cfg>(dev.view(host), d, plan, d_flags.get(), where);
   // Allowed per output: 1 % of the expected value + 0.2 % of the largest output + twice the
   // naive same-precision attention's largest error (the kernel rounds V and P to T as it does).

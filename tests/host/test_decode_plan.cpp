@@ -61,6 +61,34 @@ TEST_CASE("decode plan: the split CTAs fit in one wave of the residency the call
       }
 }
 
+TEST_CASE("decode plan: over 16 query rows a KV head, the many-row kernel's splits are whole tiles") {
+  for (bool many_rows_kernel : {false, true})
+  for (int head_dim : {64, 128, 256})
+    for (int page : {16, 32, 64, 128})
+      for (int max_q : {4, 5, 16})
+        for (int64_t tokens : {int64_t(100), int64_t(4096), int64_t(131072 + 517)}) {
+          CAPTURE(many_rows_kernel);
+          CAPTURE(head_dim);
+          CAPTURE(page);
+          CAPTURE(max_q);
+          CAPTURE(tokens);
+          kvq::DecodePlan p;
+          REQUIRE(kvq::plan_decode(shape(8, tokens, max_q), head_dim, page, 6144, &p, 4, 0, false, many_rows_kernel) ==
+                  kvq::Status::kSuccess);
+          const bool many = many_rows_kernel && 4 * max_q > 16;
+          CHECK(p.rows_per_cta == (many ? kvq::kDecodeManyRows : 4 * max_q > 8 && head_dim <= 128 ? 16 : 8));
+          CHECK(p.split_tokens % page == 0);
+          if (many) CHECK(p.split_tokens % kvq::decode_rows_tile_tokens(head_dim) == 0);
+          CHECK(int64_t(p.max_splits) * p.split_tokens >= tokens);
+          CHECK(int64_t(p.max_splits - 1) * p.split_tokens < tokens);
+        }
+  // The tiles' rounding keeps a split within 2^31 - 1 tokens, or the plan is refused.
+  kvq::DecodePlan p;
+  CHECK(kvq::plan_decode(shape(1, INT32_MAX - 20, 16), 128, 16, 6144, &p, 4, 0, false, true) == kvq::Status::kInvalidShape);
+  CHECK(kvq::plan_decode(shape(1, INT32_MAX - 20, 1), 128, 16, 6144, &p, 4, 0, false, true) == kvq::Status::kSuccess);
+  CHECK(kvq::plan_decode(shape(1, INT32_MAX - 20, 16), 128, 16, 6144, &p) == kvq::Status::kSuccess);
+}
+
 TEST_CASE("decode plan: workspace parts are 256-byte aligned, disjoint and large enough") {
   kvq::DecodePlan p;
   const kvq::DecodeShape s{5, 12, 3, 64, 5000, 4, 17, 132};

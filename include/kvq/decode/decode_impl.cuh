@@ -8,7 +8,10 @@
 //     also clears the sequences' status words, which a later kernel sets (after waiting for it)
 //     when it rejects a sequence;
 //  2. records (records_kernel.cuh): tensor-core split-KV over the tokens served by records (cold
-//     pool + transition pages), every K/V byte read once per KV head for the whole GQA group;
+//     pool + transition pages), every K/V byte read once per KV head for the whole GQA group; with
+//     more than 16 query rows a KV head (GQA group x q_len) and both roles in the model dtype
+//     ("none"), the many-row kernel (rows_kernel.cuh) instead, 64 rows a CTA over tiles in shared
+//     memory;
 //  3. tail (tail_kernel.cuh): the hot ring rows and the new tokens (fewer than R + P + 16 tokens
 //     per sequence), read in the model dtype, causal over the new tokens; one slot per item of
 //     plan.tail_span 16-token chunks, on the tensor cores.
@@ -32,6 +35,7 @@
 #include "kvq/decode/decode.hpp"
 #include "kvq/decode/merge_kernel.cuh"
 #include "kvq/decode/records_kernel.cuh"
+#include "kvq/decode/rows_kernel.cuh"
 #include "kvq/decode/tail_kernel.cuh"
 #include "kvq/decode/workspace.cuh"
 #include "kvq/quant/element_decode.hpp"
@@ -129,7 +133,11 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   if constexpr (records_path) {
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;
     const dim3 grid(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles));
-    if (plan.rows_per_cta == 16 && D <= 128) {
+    if (plan.rows_per_cta == kDecodeManyRows) {
+      if constexpr (!detail::has_many_rows_kernel<Cfg>()) return Status::kConfigMismatch;  // a plan of another configuration
+      else if (detail::launch_rows<Cfg>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess)
+        return Status::kCudaError;
+    } else if (plan.rows_per_cta == 16 && D <= 128) {
       if (detail::launch_records<Cfg, D <= 128 ? 2 : 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess)
         return Status::kCudaError;
     } else if (detail::launch_records<Cfg, 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess) {
@@ -162,14 +170,21 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
   if (cudaFuncGetAttributes(&merge, detail::decode_merge_kernel<Cfg>) != cudaSuccess) return Status::kCudaError;
   const bool chained = detail::dependent_launch_supported(merge);
   int ctas_per_sm = 4, tails_per_slot = 0;
+  constexpr bool many_rows = detail::has_many_rows_kernel<Cfg>();
   if constexpr (detail::RecordTile<Cfg>::supported) {
     if (shape.num_kv_heads > 0 && shape.num_q_heads % shape.num_kv_heads == 0 && shape.max_q_len > 0) {
-      const bool wide = decode_rows_per_cta(Cfg::head_dim, shape.num_q_heads / shape.num_kv_heads, shape.max_q_len) == 16;
+      const int rows =
+          decode_rows_per_cta(Cfg::head_dim, shape.num_q_heads / shape.num_kv_heads, shape.max_q_len, many_rows);
       int regs = 0;
       size_t smem = 0;
-      const Status st = wide && Cfg::head_dim <= 128
-                            ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm, &regs, &smem)
-                            : detail::records_occupancy<Cfg, 1>(&ctas_per_sm, &regs, &smem);
+      const auto occupancy = [&]() {
+        if constexpr (many_rows)
+          if (rows == kDecodeManyRows) return detail::rows_occupancy<Cfg>(&ctas_per_sm, &regs, &smem);
+        return rows == 16 && Cfg::head_dim <= 128
+                   ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm, &regs, &smem)
+                   : detail::records_occupancy<Cfg, 1>(&ctas_per_sm, &regs, &smem);
+      };
+      const Status st = occupancy();
       if (st != Status::kSuccess) return st;
       // Tail CTAs that fit on a multiprocessor that holds one records CTA fewer than it can (both
       // kernels have kDecodeWarps warps; registers are allocated per warp, the driver reserves some
@@ -195,7 +210,7 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
     }
   }
   return plan_decode(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, plan, ctas_per_sm > 0 ? ctas_per_sm : 1,
-                     tails_per_slot, chained);
+                     tails_per_slot, chained, many_rows);
 }
 
 #define KVQ_INSTANTIATE_DECODE(Cfg)                                                                           \

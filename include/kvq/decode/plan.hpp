@@ -21,11 +21,21 @@ constexpr int kDecodeRowsPerCta = 8;   // query rows (GQA heads x new tokens) on
 constexpr int kDecodeTailChunk = 16;   // tail tokens (hot rows + new tokens) one tail CTA reads
 constexpr int kDecodeSplitMinPages = 4;  // pages a split holds at least (one per warp of a records CTA)
 
-// Query rows one CTA of the tensor-core records kernel carries: 16 when the group x q_len needs
-// more than 8 and the head dim leaves registers for two row tiles, else 8.
-constexpr int decode_rows_per_cta(int head_dim, int group, int max_q_len) {
-  return head_dim <= 128 && group * max_q_len > 8 ? 16 : 8;
+constexpr int kDecodeManyRows = 64;     // query rows one CTA of the many-row kernel carries (rows_kernel.cuh)
+
+// Query rows one CTA of the tensor-core split kernel carries. The records kernel unpacks each tile in
+// registers for its rows: 16 when the GQA group x q_len needs more than 8 and the head dim leaves
+// registers for two row tiles, else 8 (more rows take more row-tile CTAs). For configurations that
+// store the model dtype in both roles ("none": many_rows_kernel), more than 16 rows go to the
+// many-row kernel, kDecodeManyRows a CTA over tiles in shared memory; for quantized ones that
+// kernel's dequantization in shared memory measured slower than the records kernel's unpacking
+// (bench/NOTES.md, decode v18).
+constexpr int decode_rows_per_cta(int head_dim, int group, int max_q_len, bool many_rows_kernel = false) {
+  return many_rows_kernel && group * max_q_len > 16 ? kDecodeManyRows : head_dim <= 128 && group * max_q_len > 8 ? 16 : 8;
 }
+// Tokens of a K/V tile of the many-row kernel: 64, or 32 at head dim 256 (shared memory). Its splits
+// are whole tiles, so that a split's tiles never reach into the next split's pages.
+KVQ_HD_CONSTEXPR int decode_rows_tile_tokens(int head_dim) { return head_dim > 128 ? 32 : 64; }
 
 struct DecodeShape {
   int32_t batch;          // sequences (upper bound)
@@ -49,8 +59,8 @@ struct DecodePlan {
   DecodeShape shape;
   int32_t head_dim, page;
   size_t record_bytes;
-  int32_t rows_per_cta;      // query rows per records CTA (decode_rows_per_cta)
-  int32_t split_tokens;      // tokens per split (a multiple of the page)
+  int32_t rows_per_cta;      // query rows per split CTA (decode_rows_per_cta; kDecodeManyRows: the many-row kernel)
+  int32_t split_tokens;      // tokens per split (a multiple of the page, and of decode_rows_tile_tokens for the many-row kernel)
   int32_t max_splits;        // splits of the longest sequence
   int32_t transition_pages;  // R/P + 1
   int32_t tail_chunks;       // ceil((R + P + max_q_len) / kDecodeTailChunk): chunks of the longest tail
@@ -140,23 +150,30 @@ constexpr int64_t decode_tail_room_split_pages(size_t record_bytes) {
 // the device and the compiled kernels take dependent launches (plan_decode<Cfg> asks once, so
 // kvq::decode does not at every launch). tails_per_slot: tail CTAs that fit on a multiprocessor
 // holding one records CTA fewer than it can (registers and shared memory) where they do, else 0.
+// many_rows_kernel: the configuration has the many-row kernel (decode_rows_per_cta; plan_decode<Cfg>
+// says so for "none" configurations).
 inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t record_bytes, DecodePlan* plan,
-                          int ctas_per_sm = 4, int tails_per_slot = 0, bool dependent_launches = false) {
+                          int ctas_per_sm = 4, int tails_per_slot = 0, bool dependent_launches = false,
+                          bool many_rows_kernel = false) {
   if (!plan) return Status::kNullPointer;
   if (s.batch < 0 || s.num_kv_heads <= 0 || s.num_q_heads <= 0 || s.num_q_heads % s.num_kv_heads != 0 ||
       s.max_tokens < 0 || s.max_q_len < 1 || s.max_q_len > kDecodeMaxQLen || s.total_q < 0 || s.num_sms <= 0 ||
       s.total_q > int64_t(s.batch) * s.max_q_len || s.max_tokens > INT32_MAX)
     return Status::kInvalidShape;
   if (s.residual < 0 || page <= 0 || s.residual % page != 0) return Status::kConfigMismatch;
-  // A split is whole pages of at most 2^31 - 1 tokens (the kernels count a split's tokens in int).
-  if ((s.max_tokens + page - 1) / page * page > INT32_MAX) return Status::kInvalidShape;
+  const int group = s.num_q_heads / s.num_kv_heads;
+  const int rows_per_cta = decode_rows_per_cta(head_dim, group, s.max_q_len, many_rows_kernel);
+  // Tokens a split is a multiple of: whole pages, and for the many-row kernel whole tiles.
+  const int64_t granule = rows_per_cta == kDecodeManyRows && decode_rows_tile_tokens(head_dim) > page ? decode_rows_tile_tokens(head_dim)
+                                                                                                     : page;
+  // A split holds at most 2^31 - 1 tokens (the kernels count a split's tokens in int).
+  if ((s.max_tokens + granule - 1) / granule * granule > INT32_MAX) return Status::kInvalidShape;
   DecodePlan p{};
   p.shape = s;
   p.head_dim = head_dim;
   p.page = page;
   p.record_bytes = record_bytes;
-  const int group = s.num_q_heads / s.num_kv_heads;
-  p.rows_per_cta = decode_rows_per_cta(head_dim, group, s.max_q_len);
+  p.rows_per_cta = rows_per_cta;
   const int64_t row_tiles = (int64_t(group) * s.max_q_len + p.rows_per_cta - 1) / p.rows_per_cta;
   const int64_t ctas_without_split = int64_t(s.batch > 0 ? s.batch : 1) * s.num_kv_heads * row_tiles;
   const int64_t pages = (s.max_tokens + page - 1) / page;
@@ -174,8 +191,9 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
   p.dependent_launches = dependent_launches ? 1 : 0;
   const int64_t slots_on_gpu = int64_t(s.num_sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
   TailSchedule tail{};
+  const int64_t granule_pages = granule / page;
   const auto with_splits = [&](int64_t n) {
-    p.split_tokens = int32_t(((pages + n - 1) / n) * page);
+    p.split_tokens = int32_t(((pages + n - 1) / n + granule_pages - 1) / granule_pages * granule_pages * page);
     if (p.split_tokens == 0) p.split_tokens = page;
     p.max_splits = int32_t((s.max_tokens + p.split_tokens - 1) / p.split_tokens);
     if (p.max_splits < 1) p.max_splits = 1;

@@ -755,17 +755,8 @@ Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename C
 // registers a thread and the shared memory a CTA of it use.
 template <class Cfg, int NT>
 Status records_occupancy(int* ctas_per_sm, int* regs, size_t* smem) {
-  constexpr size_t bytes = RecordsSmem<Cfg, NT>::bytes;
-  cudaFuncAttributes attr{};
-  if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
-          cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, decode_records_kernel<Cfg, NT>, kDecodeWarps * 32, bytes) !=
-          cudaSuccess ||
-      cudaFuncGetAttributes(&attr, decode_records_kernel<Cfg, NT>) != cudaSuccess)
-    return Status::kCudaError;
-  *regs = attr.numRegs;
-  *smem = attr.sharedSizeBytes + bytes;
-  return Status::kSuccess;
+  return split_kernel_occupancy(decode_records_kernel<Cfg, NT>, kDecodeWarps * 32, RecordsSmem<Cfg, NT>::bytes, ctas_per_sm, regs,
+                                smem);
 }
 
 }  // namespace detail

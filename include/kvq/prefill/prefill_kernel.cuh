@@ -1,16 +1,11 @@
-// kvq/prefill/prefill_kernel.cuh - the tensor-core kernel of chunked-prefill attention.
+// kvq/prefill/prefill_kernel.cuh - the tensor-core kernel of chunked-prefill attention (mma.sync;
+// the sm_80 path, and Hopper's where its wgmma kernels do not serve).
 //
 // CTA = (row tile, sequence, KV head). Its BM (64 or 128) query rows are chunk tokens x GQA
 // heads of one KV head, token-major (row r = token r / group, query head h * group + r % group),
-// so every K/V tile is read and dequantized once for the whole group. 4 warps, BM / 4 rows (1 or 2 m-tiles of
-// 16) each, FlashAttention-2 style over the keys [0, last row's position]:
-//   S (16 rows x BN tokens) = Q . K^T   mma.m16n8k16, Q and K from shared memory by ldmatrix
-//   online softmax per row in the log2 domain, causal mask where a tile reaches the chunk
-//   O (16 rows x D)        += P . V     P from the S accumulators, V by ldmatrix.trans
-// K/V tiles come from kv_tile.cuh through a 3-stage pipeline: while tile j is multiplied, tile
-// j + 2 is being copied (cp.async) and, after the math, tile j + 1 (landed) is dequantized in
-// shared memory; block-table entries are fetched a tile earlier still. Nothing dequantized is
-// written to global memory.
+// so every K/V tile is read and dequantized once for the whole group. 4 warps, BM / 4 rows (1 or 2
+// m-tiles of 16) each, over the keys [0, last row's position] with the causal mask (mma_rows.cuh),
+// then each row is normalised and stored.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,13 +15,11 @@
 #include "kvq/attention/pages_valid.cuh"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/prefill/kv_tile.cuh"
-#include "kvq/prefill/tile_decode.cuh"
+#include "kvq/prefill/mma_rows.cuh"
 #include "kvq/prefill/plan.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
-
-constexpr int kPrefillWarps = 4;
 
 // Tokens per K/V tile: 64, or 32 where the accumulators of 2 m-tiles per warp (BM 128) or of
 // head dim 256 need the registers.
@@ -34,17 +27,8 @@ constexpr int prefill_tile_tokens(int head_dim, int rows_per_cta) {
   return head_dim > 128 || rows_per_cta > 16 * kPrefillWarps ? 32 : 64;
 }
 
-// Dynamic shared memory: q [BM][D] (panels of 128-byte swizzled rows like the K/V tiles), three K/V buffers, two raw stages.
 template <class Cfg, int BM>
-struct PrefillSmem {
-  using Tile = KvTile<Cfg, prefill_tile_tokens(Cfg::head_dim, BM)>;
-  static constexpr size_t q_bytes = size_t(BM) * Cfg::head_dim * sizeof(typename Cfg::dtype);
-  static constexpr int stages = 3;  // K/V buffers: tile j in use, j + 1 being dequantized, j + 2 in flight
-  static constexpr size_t raw_stage = Tile::raw_bytes > 0 ? Tile::raw_bytes : 16;
-  static constexpr size_t kv_offset = q_bytes;
-  static constexpr size_t raw_offset = kv_offset + 2 * stages * Tile::rows_bytes;
-  static constexpr size_t bytes = raw_offset + 2 * raw_stage;
-};
+using PrefillSmem = MmaRowsSmem<Cfg, BM, prefill_tile_tokens(Cfg::head_dim, BM)>;
 
 template <class Cfg, int BM>
 __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
@@ -52,17 +36,9 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
                    uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags) {
   using T = typename Cfg::dtype;
   using L = PrefillSmem<Cfg, BM>;
-  using Tile = typename L::Tile;
-  constexpr int D = Cfg::head_dim, P = Cfg::page, BN = Tile::BN, KS = D / 16, NT = BN / 8, OT = D / 8;
+  constexpr int D = Cfg::head_dim, BN = L::Tile::BN, OT = D / 8;
   constexpr int MW = BM / (16 * kPrefillWarps);  // m-tiles of 16 rows per warp
-  static_assert(BM % (16 * kPrefillWarps) == 0, "whole m-tiles per warp");
   extern __shared__ __align__(16) uint8_t smem[];
-  uint8_t* qs = smem;
-  auto raw = [&](int j) { return smem + L::raw_offset + size_t(j & 1) * L::raw_stage; };
-  auto kbuf = [&](int j) { return smem + L::kv_offset + size_t(2 * (j % L::stages)) * Tile::rows_bytes; };
-  auto vbuf = [&](int j) { return smem + L::kv_offset + size_t(2 * (j % L::stages) + 1) * Tile::rows_bytes; };
-  constexpr int TP = Tile::tile_pages;
-  __shared__ int32_t page_ids[4][TP];  // block-table entries of tiles j .. j + 3 (ring of 4)
   __shared__ SeqAttention s;
   __shared__ int bad;
 
@@ -71,22 +47,11 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
   const int group = a.num_q_heads / v.num_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   PrefillCtaRows cr;
-  if (!prefill_cta_rows(v, a, plan, b, P, BM, tile, flags, s, bad, cr)) return;
+  if (!prefill_cta_rows(v, a, plan, b, Cfg::page, BM, tile, flags, s, bad, cr)) return;
   const int rows = cr.rows, row0 = cr.row0;
   const TileSource<T> src = prefill_tile_source<Cfg>(v, a, plan, transition, s, cr.last_pos, b, h);
-  stage_prefill_queries<T, BM, D>(qs, a, s, h, group, row0, rows);
+  stage_prefill_queries<T, BM, D>(smem, a, s, h, group, row0, rows);
   const int ntiles = int((src.kv_end + BN - 1) / BN);
-  for (int idx = threadIdx.x; idx < 3 * TP; idx += blockDim.x)
-    page_ids[idx / TP][idx % TP] = src.fetch_page_id(int64_t(idx / TP) * BN, idx % TP, P);
-  __syncthreads();
-  issue_tile<Cfg, BN, kPrefillWarps * 32>(src, 0, page_ids[0], kbuf(0), vbuf(0), raw(0), threadIdx.x);
-  cp_async_commit();
-  if (ntiles > 1) issue_tile<Cfg, BN, kPrefillWarps * 32>(src, BN, page_ids[1], kbuf(1), vbuf(1), raw(1), threadIdx.x);
-  cp_async_commit();
-  cp_async_wait<1>();
-  __syncthreads();
-  decode_tile<Cfg, BN, kPrefillWarps * 32>(src, 0, kbuf(0), vbuf(0), raw(0), threadIdx.x);
-  __syncthreads();
 
   // This warp's MW m-tiles of 16 rows; this thread's rows g and g + 8 of each, and their
   // positions. Padding rows take the last real row's position (finite softmax, never stored).
@@ -95,121 +60,10 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
   int64_t pos[MW][2];
   KVQ_UNROLL
   for (int mw = 0; mw < MW; ++mw) pos[mw][0] = pos_of(wr0 + 16 * mw + g), pos[mw][1] = pos_of(wr0 + 16 * mw + g + 8);
-  const int64_t warp_first = pos_of(wr0), warp_last = pos_of(wr0 + 16 * MW - 1);
-  const float scale_log2 = a.softmax_scale * 1.4426950408889634f;
-
-  float m[MW][2], l[MW][2], o[MW][OT][4];
-  KVQ_UNROLL
-  for (int mw = 0; mw < MW; ++mw) {
-    m[mw][0] = m[mw][1] = -INFINITY;
-    l[mw][0] = l[mw][1] = 0.0f;
-    KVQ_UNROLL
-    for (int ot = 0; ot < OT; ++ot) o[mw][ot][0] = o[mw][ot][1] = o[mw][ot][2] = o[mw][ot][3] = 0.0f;
-  }
-
-  for (int j = 0; j < ntiles; ++j) {
-    const int64_t t0 = int64_t(j) * BN;
-    // Page ids of tile j + 3: loaded now, stored after this tile's math (the load's latency hides
-    // behind it); tile j + 2's copies start now and land while tiles j and j + 1 are processed.
-    const int32_t next_id = int(threadIdx.x) < TP ? src.fetch_page_id(t0 + 3 * BN, threadIdx.x, P) : 0;
-    if (j + 2 < ntiles) issue_tile<Cfg, BN, kPrefillWarps * 32>(src, t0 + 2 * BN, page_ids[(j + 2) % 4], kbuf(j + 2), vbuf(j + 2), raw(j + 2), threadIdx.x);
-    cp_async_commit();
-    if (t0 <= warp_last) {  // some key of the tile is visible to this warp's rows
-      const uint8_t* ks = kbuf(j);
-      const uint8_t* vs = vbuf(j);
-      // ---- S = Q . K^T: each K fragment serves the warp's MW m-tiles ----
-      float sacc[MW][NT][4];
-      KVQ_UNROLL
-      for (int mw = 0; mw < MW; ++mw)
-        KVQ_UNROLL
-        for (int nt = 0; nt < NT; ++nt) sacc[mw][nt][0] = sacc[mw][nt][1] = sacc[mw][nt][2] = sacc[mw][nt][3] = 0.0f;
-      KVQ_UNROLL
-      for (int kk = 0; kk < KS; ++kk) {
-        uint32_t qa[MW][4];
-        KVQ_UNROLL
-        for (int mw = 0; mw < MW; ++mw)
-          ldmatrix_x4(qa[mw], qs + size_t(panel_chunk(BM, 16 * (MW * warp + mw) + (lane & 7) + 8 * ((lane >> 3) & 1),
-                                                      2 * kk + (lane >> 4))) * 16);
-        KVQ_UNROLL
-        for (int np = 0; np < NT / 2; ++np) {
-          uint32_t kb[4];
-          ldmatrix_x4(kb, ks + size_t(Tile::swizzle(16 * np + 8 * (lane >> 4) + (lane & 7), 2 * kk + ((lane >> 3) & 1))) * 16);
-          KVQ_UNROLL
-          for (int mw = 0; mw < MW; ++mw) {
-            mma16816<T>(sacc[mw][2 * np], qa[mw], kb[0], kb[1]);
-            mma16816<T>(sacc[mw][2 * np + 1], qa[mw], kb[2], kb[3]);
-          }
-        }
-      }
-      // ---- online softmax (log2 domain), causal mask where the tile reaches the chunk ----
-      const bool mask = t0 + BN - 1 > warp_first;
-      uint32_t pa[MW][NT / 2][4];
-      KVQ_UNROLL
-      for (int mw = 0; mw < MW; ++mw) {
-        float mx[2] = {-INFINITY, -INFINITY};
-        KVQ_UNROLL
-        for (int nt = 0; nt < NT; ++nt)
-          KVQ_UNROLL
-          for (int e = 0; e < 4; ++e) {
-            float x = sacc[mw][nt][e];
-            if (a.softcap > 0.0f)
-              x = a.softcap * tanhf(x * a.softmax_scale / a.softcap) * 1.4426950408889634f;
-            else
-              x *= scale_log2;
-            if (mask && t0 + 8 * nt + 2 * i + (e & 1) > pos[mw][e >> 1]) x = -INFINITY;
-            sacc[mw][nt][e] = x;
-            mx[e >> 1] = fmaxf(mx[e >> 1], x);
-          }
-        float corr[2];
-        KVQ_UNROLL
-        for (int hh = 0; hh < 2; ++hh) {
-          mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
-          mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-          const float m_new = fmaxf(m[mw][hh], mx[hh]);
-          const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-          corr[hh] = exp2f(m[mw][hh] - m_use);
-          m[mw][hh] = m_new;
-          l[mw][hh] *= corr[hh];
-          mx[hh] = m_use;
-        }
-        KVQ_UNROLL
-        for (int ot = 0; ot < OT; ++ot) {
-          o[mw][ot][0] *= corr[0], o[mw][ot][1] *= corr[0];
-          o[mw][ot][2] *= corr[1], o[mw][ot][3] *= corr[1];
-        }
-        KVQ_UNROLL
-        for (int nt = 0; nt < NT; ++nt) {
-          const float p0 = exp2f(sacc[mw][nt][0] - mx[0]), p1 = exp2f(sacc[mw][nt][1] - mx[0]);
-          const float p2 = exp2f(sacc[mw][nt][2] - mx[1]), p3 = exp2f(sacc[mw][nt][3] - mx[1]);
-          pa[mw][nt / 2][2 * (nt & 1)] = pack2<T>(p0, p1);      // row g
-          pa[mw][nt / 2][2 * (nt & 1) + 1] = pack2<T>(p2, p3);  // row g + 8
-          // The denominator sums the probabilities as rounded for the P . V mma: the output is then
-          // a weighted mean with weights that sum to 1 exactly (values with a large common offset,
-          // e.g. dequantized zero points, would otherwise carry the rounding bias of the sum).
-          l[mw][0] += pair_sum<T>(pa[mw][nt / 2][2 * (nt & 1)]);
-          l[mw][1] += pair_sum<T>(pa[mw][nt / 2][2 * (nt & 1) + 1]);
-        }
-      }
-      // ---- O += P . V: each V fragment serves the warp's MW m-tiles ----
-      KVQ_UNROLL
-      for (int kt = 0; kt < BN / 16; ++kt)
-        KVQ_UNROLL
-        for (int cp = 0; cp < OT / 2; ++cp) {
-          uint32_t vb[4];
-          ldmatrix_x4_trans(vb, vs + size_t(Tile::swizzle(16 * kt + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * cp + (lane >> 4))) * 16);
-          KVQ_UNROLL
-          for (int mw = 0; mw < MW; ++mw) {
-            mma16816<T>(o[mw][2 * cp], pa[mw][kt], vb[0], vb[1]);
-            mma16816<T>(o[mw][2 * cp + 1], pa[mw][kt], vb[2], vb[3]);
-          }
-        }
-    }
-    if (int(threadIdx.x) < TP) page_ids[(j + 3) % 4][threadIdx.x] = next_id;
-    cp_async_wait<1>();  // tile j + 1 has landed (j + 2 may still be in flight)
-    __syncthreads();
-    if (j + 1 < ntiles) decode_tile<Cfg, BN, kPrefillWarps * 32>(src, t0 + BN, kbuf(j + 1), vbuf(j + 1), raw(j + 1), threadIdx.x);
-    __syncthreads();
-  }
+  MmaRowsState<BM, D> st;
+  mma_rows_attention<Cfg, BM, BN>(smem, src, a, 0, ntiles, pos, pos_of(wr0), pos_of(wr0 + 16 * MW - 1), st);
+  const float(&l)[MW][2] = st.l;
+  const float(&o)[MW][OT][4] = st.o;
 
   // ---- normalise and store this thread's rows ----
   KVQ_UNROLL
