@@ -1,7 +1,8 @@
 // Decode attention cases the random tests do not reach: arguments rejected on the host, sequences
 // rejected on the device (only they are skipped), CUDA-graph capture replayed with different
-// lengths within the plan, a query row whose slots need several passes of the merge kernel, and a
-// batch mixing an empty prefix with one of over 1M tokens.
+// lengths within the plan (the records kernel, and the many-row kernel of a "none" configuration),
+// a query row whose slots need several passes of the merge kernel, and a batch mixing an empty
+// prefix with one of over 1M tokens.
 #include "decode_check.cuh"
 #include "attention_special.cuh"
 
@@ -164,6 +165,26 @@ TEST_SUITE("gpu") {
         [&](const std::vector<int32_t>& counts) { return Inputs(f.host, f.gen, counts); },
         [&](const kvq::AttentionBatch<T>& da, T* out, uint32_t* flags, cudaStream_t stream) {
           return kvq::decode<Cfg>(f.dev.view(f.host), da, plan, ws.get(), ws.size(), out, flags, stream);
+        });
+  }
+
+  TEST_CASE("decode: the many-row kernel (\"none\", GQA 4 x q_len up to 16) captured once in a CUDA graph, replayed") {
+    using NoneCfg = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::NoQuant, kvq::NoQuant>;
+    constexpr int kBatch = 3, kMaxQ = 16;
+    kvq_test::SpecialFixture<NoneCfg> f(kHeads, kRowPages, kR, {300, 2000, 5}, 73, false);
+    kvq::DecodePlan plan;
+    REQUIRE(kvq::plan_decode<NoneCfg>(kvq::DecodeShape{kBatch, kHeads * kGroup, kHeads, kR, 4000, kMaxQ, kBatch * kMaxQ,
+                                                       kvq_test::num_sms()},
+                                      &plan) == kvq::Status::kSuccess);
+    REQUIRE(plan.rows_per_cta == kvq::kDecodeManyRows);
+    for (int b = 0; b < kBatch; ++b) REQUIRE(f.host.reserve(b, 1200));  // block tables fixed before capture
+    f.dev.upload_tables(f.host);
+    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    kvq_test::check_graph_replays<NoneCfg>(
+        f.host, f.dev, kBatch, kMaxQ, kHeads, kGroup, /*replays*/ 5, /*seed*/ 74, /*check_rel_max*/ true,
+        [&](const std::vector<int32_t>& counts) { return kvq_test::SpecialInputs<T>(f.host, f.gen, counts, kHeads, kGroup); },
+        [&](const kvq::AttentionBatch<T>& da, T* out, uint32_t* flags, cudaStream_t stream) {
+          return kvq::decode<NoneCfg>(f.dev.view(f.host), da, plan, ws.get(), ws.size(), out, flags, stream);
         });
   }
 
