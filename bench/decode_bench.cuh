@@ -112,10 +112,11 @@ struct DecodeCase {
     for (int q_len : {1, 4})
       for (int batch : {1, 8, 32, 64})
         for (int64_t ctx : {4096, 32768, 131072}) register_one(name, batch, ctx, q_len);
-    // Beyond the issue's grid: 16 new tokens (group 4 x 16 = 64 query rows a KV head, 4 row tiles
-    // of the records kernel, each reading the records).
-    for (int batch : {1, 8})
-      for (int64_t ctx : {32768, 131072}) register_one(name, batch, ctx, 16);
+    // Beyond the issue's grid: 8 and 16 new tokens (group 4 x 8 / 16 = 32 / 64 query rows a KV
+    // head: 2 / 4 row tiles of the records kernel, or one CTA of the many-row kernel for "none").
+    for (int q_len : {8, 16})
+      for (int batch : {1, 8})
+        for (int64_t ctx : {32768, 131072}) register_one(name, batch, ctx, q_len);
     // 512 pages a sequence (one block a page), and 2048 (the strided kernel: 512 blocks of 4 pages).
     for (int64_t ctx : {32768, 131072})
       benchmark::RegisterBenchmark(("dequantize/" + name + "/batch:8/context:" + std::to_string(ctx)).c_str(),

@@ -317,7 +317,8 @@ template <class Cfg>
 void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cfg>& dev, KvGenerator& gen,
                            const std::vector<int32_t>& counts, int group, int max_q, float softcap, std::mt19937_64& rng,
                            const std::string& where_base, const std::vector<typename Cfg::dtype>* k_rows = nullptr,
-                           const std::vector<typename Cfg::dtype>* v_rows = nullptr, int plan_sms = 0) {
+                           const std::vector<typename Cfg::dtype>* v_rows = nullptr, int plan_sms = 0,
+                           int64_t plan_tokens = 0) {
   using T = typename Cfg::dtype;
   const int batch = int(counts.size()), heads = gen.heads, q_heads = heads * group;
   int64_t total = 0, max_tokens = 0;
@@ -328,7 +329,8 @@ void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cf
   const std::vector<T> q = make_queries<T>(gen, total, group);
   const std::vector<T> nk = k_rows ? *k_rows : gen.keys<T>(total), nv = v_rows ? *v_rows : gen.values<T>(total);
   kvq::DecodePlan plan;
-  const kvq::DecodeShape shape{batch, q_heads, heads, host.view().residual, max_tokens, max_q, total,
+  // plan_tokens: a looser bound on len + q_len to plan for (a plan serves any batch within its bounds).
+  const kvq::DecodeShape shape{batch, q_heads, heads, host.view().residual, std::max(max_tokens, plan_tokens), max_q, total,
                                plan_sms > 0 ? plan_sms : num_sms()};
   REQUIRE(kvq::plan_decode<Cfg>(shape, &plan) == kvq::Status::kSuccess);
   // Half the steps run the tail beside the records kernel in a few CTAs (its dependent launch,
@@ -341,7 +343,8 @@ void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cf
   }
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
   const std::string where = where_base + " group " + std::to_string(group) + " max_q " + std::to_string(max_q) +
-                            " splits " + std::to_string(plan.max_splits) + " split_tokens " + std::to_string(plan.split_tokens) +
+                            " rows_per_cta " + std::to_string(plan.rows_per_cta) + " splits " + std::to_string(plan.max_splits) +
+                            " split_tokens " + std::to_string(plan.split_tokens) +
                             " tail_ctas " + std::to_string(plan.tail_ctas) + " tail_span " + std::to_string(plan.tail_span);
   const std::vector<int32_t> prefix = host.len;
   attention_step_and_check<Cfg>(host, dev, counts, group, softcap, q, nk, nv, heads, where,
@@ -376,9 +379,12 @@ void check_decode_random(uint64_t seed, int max_q = 4, int steps = 3) {
   for (int step = 0; step < steps; ++step) {
     std::vector<int32_t> counts(batch);
     for (int b = 0; b < batch; ++b) counts[size_t(b)] = 1 + int32_t(rng() % max_q);
+    // Odd steps plan for up to 131,072 tokens a sequence (most splits empty; with more than 16
+    // rows "none" then takes the many-row kernel).
     decode_step_and_check<Cfg>(host, dev, gen, counts, group, max_q, step == 1 ? 30.0f : 0.0f, rng,
                                "seed " + std::to_string(seed) + " step " + std::to_string(step) + " R " +
-                                   std::to_string(residual));
+                                   std::to_string(residual),
+                               nullptr, nullptr, 0, step % 2 ? kvq::kDecodeManyRowsMinTokens : 0);
   }
 }
 
@@ -532,8 +538,11 @@ void check_decode_isolation(uint64_t seed, Isolation kind, int max_q = 4) {
         }
       }
   }
+  // max_q 16 plans for up to 131,072 tokens a sequence (an upper bound: most splits are empty), so
+  // that "none" takes the many-row kernel (decode_rows_per_cta).
+  const int64_t plan_tokens = max_q > 4 ? std::max<int64_t>(host.len[0] + max_q, kvq::kDecodeManyRowsMinTokens) : host.len[0] + max_q;
   kvq::DecodePlan plan;
-  REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, group, heads, residual, host.len[0] + max_q, max_q, total, num_sms()}, &plan) ==
+  REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, group, heads, residual, plan_tokens, max_q, total, num_sms()}, &plan) ==
           kvq::Status::kSuccess);
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
   DeviceAttention<T> d(a, cu, q, nk, nv, dev.cold_len.get());

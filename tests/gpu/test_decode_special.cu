@@ -70,6 +70,11 @@ TEST_SUITE("gpu") {
     kvq::DecodePlan other = plan;
     other.head_dim = 64;
     CHECK(run(v, d.a, other, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kConfigMismatch);
+    for (int rows : {0, 7, 16, kvq::kDecodeManyRows}) {  // not what the planner gives this shape (8); 64: INT2 has no many-row kernel
+      kvq::DecodePlan altered = plan;
+      altered.rows_per_cta = rows;
+      CHECK(run(v, d.a, altered, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kConfigMismatch);
+    }
     kvq::CacheView<T> no_table = v;
     no_table.block_table = nullptr;
     CHECK(run(no_table, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
@@ -173,7 +178,8 @@ TEST_SUITE("gpu") {
     constexpr int kBatch = 3, kMaxQ = 16;
     kvq_test::SpecialFixture<NoneCfg> f(kHeads, kRowPages, kR, {300, 2000, 5}, 73, false);
     kvq::DecodePlan plan;
-    REQUIRE(kvq::plan_decode<NoneCfg>(kvq::DecodeShape{kBatch, kHeads * kGroup, kHeads, kR, 4000, kMaxQ, kBatch * kMaxQ,
+    // Planned for up to 65,536 tokens a sequence (3 x 65,536 in the batch: the many-row kernel).
+    REQUIRE(kvq::plan_decode<NoneCfg>(kvq::DecodeShape{kBatch, kHeads * kGroup, kHeads, kR, 65536, kMaxQ, kBatch * kMaxQ,
                                                        kvq_test::num_sms()},
                                       &plan) == kvq::Status::kSuccess);
     REQUIRE(plan.rows_per_cta == kvq::kDecodeManyRows);

@@ -61,7 +61,7 @@ TEST_CASE("decode plan: the split CTAs fit in one wave of the residency the call
       }
 }
 
-TEST_CASE("decode plan: over 16 query rows a KV head, the many-row kernel's splits are whole tiles") {
+TEST_CASE("decode plan: over 16 query rows a KV head and enough tokens, the many-row kernel's splits are whole tiles") {
   for (bool many_rows_kernel : {false, true})
   for (int head_dim : {64, 128, 256})
     for (int page : {16, 32, 64, 128})
@@ -75,13 +75,20 @@ TEST_CASE("decode plan: over 16 query rows a KV head, the many-row kernel's spli
           kvq::DecodePlan p;
           REQUIRE(kvq::plan_decode(shape(8, tokens, max_q), head_dim, page, 6144, &p, 4, 0, false, many_rows_kernel) ==
                   kvq::Status::kSuccess);
-          const bool many = many_rows_kernel && 4 * max_q > 16;
+          const bool many = many_rows_kernel && 4 * max_q > 16 && 8 * tokens >= kvq::kDecodeManyRowsMinTokens;
           CHECK(p.rows_per_cta == (many ? kvq::kDecodeManyRows : 4 * max_q > 8 && head_dim <= 128 ? 16 : 8));
           CHECK(p.split_tokens % page == 0);
           if (many) CHECK(p.split_tokens % kvq::decode_rows_tile_tokens(head_dim) == 0);
           CHECK(int64_t(p.max_splits) * p.split_tokens >= tokens);
           CHECK(int64_t(p.max_splits - 1) * p.split_tokens < tokens);
         }
+  // The batch's tokens decide: 32 rows of "none" over 1 x 131,072 tokens take the many-row
+  // kernel, over 1 x 32,768 (or 3 x 32,768) the records kernel.
+  for (int batch : {1, 3, 4, 8}) {
+    kvq::DecodePlan p;
+    REQUIRE(kvq::plan_decode(shape(batch, 32768, 8), 128, 64, 6144, &p, 4, 0, false, true) == kvq::Status::kSuccess);
+    CHECK(p.rows_per_cta == (batch >= 4 ? kvq::kDecodeManyRows : 16));
+  }
   // The tiles' rounding keeps a split within 2^31 - 1 tokens, or the plan is refused.
   kvq::DecodePlan p;
   CHECK(kvq::plan_decode(shape(1, INT32_MAX - 20, 16), 128, 16, 6144, &p, 4, 0, false, true) == kvq::Status::kInvalidShape);

@@ -27,11 +27,17 @@ constexpr int kDecodeManyRows = 64;     // query rows one CTA of the many-row ke
 // registers for its rows: 16 when the GQA group x q_len needs more than 8 and the head dim leaves
 // registers for two row tiles, else 8 (more rows take more row-tile CTAs). For configurations that
 // store the model dtype in both roles ("none": many_rows_kernel), more than 16 rows go to the
-// many-row kernel, kDecodeManyRows a CTA over tiles in shared memory; for quantized ones that
-// kernel's dequantization in shared memory measured slower than the records kernel's unpacking
-// (bench/NOTES.md, decode v18).
-constexpr int decode_rows_per_cta(int head_dim, int group, int max_q_len, bool many_rows_kernel = false) {
-  return many_rows_kernel && group * max_q_len > 16 ? kDecodeManyRows : head_dim <= 128 && group * max_q_len > 8 ? 16 : 8;
+// many-row kernel, kDecodeManyRows a CTA over tiles in shared memory, where the plan's batch holds
+// at least kDecodeManyRowsMinTokens tokens (batch_tokens: batch x max_tokens): with fewer, its
+// per-CTA fixed costs made it slower (batch 1 x 32K at q_len 8: +24 %, bench/NOTES.md run g6). For
+// quantized configurations that kernel's dequantization in shared memory measured slower than the
+// records kernel's unpacking (bench/NOTES.md, decode v18).
+constexpr int64_t kDecodeManyRowsMinTokens = int64_t(1) << 17;
+constexpr int decode_rows_per_cta(int head_dim, int group, int max_q_len, bool many_rows_kernel = false,
+                                  int64_t batch_tokens = 0) {
+  return many_rows_kernel && group * max_q_len > 16 && batch_tokens >= kDecodeManyRowsMinTokens ? kDecodeManyRows
+         : head_dim <= 128 && group * max_q_len > 8                                                   ? 16
+                                                                                                      : 8;
 }
 // Tokens of a K/V tile of the many-row kernel: 64, or 32 at head dim 256 (shared memory). Its splits
 // are whole tiles, so that a split's tiles never reach into the next split's pages.
@@ -162,7 +168,7 @@ inline Status plan_decode(const DecodeShape& s, int head_dim, int page, size_t r
     return Status::kInvalidShape;
   if (s.residual < 0 || page <= 0 || s.residual % page != 0) return Status::kConfigMismatch;
   const int group = s.num_q_heads / s.num_kv_heads;
-  const int rows_per_cta = decode_rows_per_cta(head_dim, group, s.max_q_len, many_rows_kernel);
+  const int rows_per_cta = decode_rows_per_cta(head_dim, group, s.max_q_len, many_rows_kernel, int64_t(s.batch) * s.max_tokens);
   // Tokens a split is a multiple of: whole pages, and for the many-row kernel whole tiles.
   const int64_t granule = rows_per_cta == kDecodeManyRows && decode_rows_tile_tokens(head_dim) > page ? decode_rows_tile_tokens(head_dim)
                                                                                                      : page;
