@@ -116,10 +116,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // itself the transition kernel's dependent: every path waits for it (wait_prior_grids) before
   // reading a transition record or exiting.
   launch_dependents();
-  const int split = blockIdx.x, b = blockIdx.y;
-  const int group = a.num_q_heads / v.num_kv_heads;
-  const int row_tiles = (group * plan.shape.max_q_len + ROWS - 1) / ROWS;
-  const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * ROWS;
+  const SplitCta cta = split_cta(v, a, plan, ROWS);
+  const int split = cta.split, b = cta.b, group = cta.group, h = cta.h, row0 = cta.row0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   if (threadIdx.x == 0) bad_page = 0;
   resolve_sequence_for_cta(v, a, plan, b, P, s, bad);

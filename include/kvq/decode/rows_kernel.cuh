@@ -57,10 +57,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
   // the transition kernel's dependent: it waits for it before reading a transition record or the
   // status words, and before exiting.
   launch_dependents();
-  const int split = blockIdx.x, b = blockIdx.y;
-  const int group = a.num_q_heads / v.num_kv_heads;
-  const int row_tiles = (group * plan.shape.max_q_len + BM - 1) / BM;
-  const int h = blockIdx.z / row_tiles, row0 = (blockIdx.z % row_tiles) * BM;
+  const SplitCta cta = split_cta(v, a, plan, BM);
+  const int split = cta.split, b = cta.b, group = cta.group, h = cta.h, row0 = cta.row0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   resolve_sequence_for_cta(v, a, plan, b, P, s, bad);
   wait_prior_grids();

@@ -63,6 +63,19 @@ __device__ inline void resolve_sequence_for_cta(const CacheView<T>& v, const Att
   __syncthreads();
 }
 
+// Where a CTA of the tensor-core split kernels (records_kernel.cuh, rows_kernel.cuh) is: grid
+// (split, sequence, KV head x row tile of `rows_per_cta` query rows); its GQA group and first row.
+struct SplitCta {
+  int split, b, group, h, row0;
+};
+template <class T>
+__device__ inline SplitCta split_cta(const CacheView<T>& v, const AttentionBatch<T>& a, const DecodePlan& plan,
+                                     int rows_per_cta) {
+  const int group = a.num_q_heads / v.num_kv_heads;
+  const int row_tiles = (group * plan.shape.max_q_len + rows_per_cta - 1) / rows_per_cta;
+  return SplitCta{int(blockIdx.x), int(blockIdx.y), group, int(blockIdx.z / row_tiles), int((blockIdx.z % row_tiles) * rows_per_cta)};
+}
+
 __device__ inline void reject_sequence(const DecodeWorkspace& ws, int b, uint32_t* flags) {
   ws.status[b] = 1;
   atomicOr(flags, uint32_t(kFlagBadSequence));
