@@ -128,9 +128,7 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   const int group = batch.num_q_heads / cache.num_kv_heads;
   // The plan's rows a CTA are what plan_decode<Cfg> gives for its shape (a plan made for another
   // configuration, or altered, is refused before any launch).
-  if (plan.rows_per_cta != decode_rows_per_cta(D, group, plan.shape.max_q_len, detail::has_many_rows_kernel<Cfg>(),
-                                               int64_t(plan.shape.batch) * plan.shape.max_tokens))
-    return Status::kConfigMismatch;
+  if (plan.rows_per_cta != detail::planned_rows_per_cta<Cfg>(plan.shape)) return Status::kConfigMismatch;
   const int row_tiles8 = (group * plan.shape.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
   const unsigned nb = unsigned(batch.batch);
   detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream, ws.status);  // clears ws.status
@@ -177,8 +175,7 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
   constexpr bool many_rows = detail::has_many_rows_kernel<Cfg>();
   if constexpr (detail::RecordTile<Cfg>::supported) {
     if (shape.num_kv_heads > 0 && shape.num_q_heads % shape.num_kv_heads == 0 && shape.max_q_len > 0) {
-      const int rows = decode_rows_per_cta(Cfg::head_dim, shape.num_q_heads / shape.num_kv_heads, shape.max_q_len, many_rows,
-                                           int64_t(shape.batch) * shape.max_tokens);
+      const int rows = detail::planned_rows_per_cta<Cfg>(shape);
       int regs = 0;
       size_t smem = 0;
       const auto occupancy = [&]() {

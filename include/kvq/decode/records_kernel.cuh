@@ -739,14 +739,7 @@ template <class Cfg, int NT>
 Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename Cfg::dtype>& v,
                       const AttentionBatch<typename Cfg::dtype>& a, const DecodePlan& plan, const DecodeWorkspace& ws,
                       uint32_t* flags) {
-  constexpr size_t bytes = RecordsSmem<Cfg, NT>::bytes;
-  if (cudaFuncSetAttribute(decode_records_kernel<Cfg, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
-      cudaSuccess)
-    return Status::kCudaError;
-  return launch_dependent(decode_records_kernel<Cfg, NT>, plan.dependent_launches != 0, grid, dim3(kDecodeWarps * 32), bytes,
-                          stream, v, a, plan, ws, flags) == cudaSuccess
-             ? Status::kSuccess
-             : Status::kCudaError;
+  return launch_split_kernel(decode_records_kernel<Cfg, NT>, RecordsSmem<Cfg, NT>::bytes, grid, stream, v, a, plan, ws, flags);
 }
 
 // CTAs of the records kernel one multiprocessor holds (what the planner sizes splits by), and the

@@ -38,6 +38,14 @@ constexpr bool has_many_rows_kernel() {
   return Cfg::k_quant::kind == QuantKind::kNone && Cfg::v_quant::kind == QuantKind::kNone;
 }
 
+// The rows a split CTA of configuration Cfg carries for a plan of `shape` (what plan_decode<Cfg>
+// chooses and kvq::decode checks a plan against); the shape's heads must divide.
+template <class Cfg>
+constexpr int planned_rows_per_cta(const DecodeShape& shape) {
+  return decode_rows_per_cta(Cfg::head_dim, shape.num_q_heads / shape.num_kv_heads, shape.max_q_len, has_many_rows_kernel<Cfg>(),
+                             int64_t(shape.batch) * shape.max_tokens);
+}
+
 template <class Cfg>
 using DecodeRowsSmem = MmaRowsSmem<Cfg, kDecodeManyRows, decode_rows_tile_tokens(Cfg::head_dim)>;
 
@@ -113,13 +121,8 @@ template <class Cfg>
 Status launch_rows(dim3 grid, cudaStream_t stream, const CacheView<typename Cfg::dtype>& v,
                    const AttentionBatch<typename Cfg::dtype>& a, const DecodePlan& plan, const DecodeWorkspace& ws,
                    uint32_t* flags) {
-  constexpr size_t bytes = DecodeRowsSmem<Cfg>::bytes;
-  if (cudaFuncSetAttribute(decode_rows_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) != cudaSuccess)
-    return Status::kCudaError;
-  return launch_dependent(decode_rows_kernel<Cfg>, plan.dependent_launches != 0, grid, dim3(kPrefillWarps * 32), bytes, stream,
-                          v, a, plan, ws, flags) == cudaSuccess
-             ? Status::kSuccess
-             : Status::kCudaError;
+  static_assert(kPrefillWarps == kDecodeWarps, "the split kernels' CTAs are kDecodeWarps warps");
+  return launch_split_kernel(decode_rows_kernel<Cfg>, DecodeRowsSmem<Cfg>::bytes, grid, stream, v, a, plan, ws, flags);
 }
 
 template <class Cfg>

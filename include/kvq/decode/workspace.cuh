@@ -15,6 +15,7 @@
 #include "kvq/attention/pages_valid.cuh"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/cache/view.hpp"
+#include "kvq/core/dependent_launch.cuh"
 #include "kvq/core/status.hpp"
 #include "kvq/decode/plan.hpp"
 
@@ -116,6 +117,19 @@ Status split_kernel_occupancy(Kernel kernel, int threads, size_t bytes, int* cta
   *regs = attr.numRegs;
   *smem = attr.sharedSizeBytes + bytes;
   return Status::kSuccess;
+}
+
+// Launches a split kernel (records_kernel.cuh, rows_kernel.cuh) with `bytes` of dynamic shared
+// memory, as the transition kernel's dependent where the plan says so.
+template <class Kernel, class T>
+Status launch_split_kernel(Kernel kernel, size_t bytes, dim3 grid, cudaStream_t stream, const CacheView<T>& v,
+                           const AttentionBatch<T>& a, const DecodePlan& plan, const DecodeWorkspace& ws, uint32_t* flags) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) != cudaSuccess)
+    return Status::kCudaError;
+  return launch_dependent(kernel, plan.dependent_launches != 0, grid, dim3(kDecodeWarps * 32), bytes, stream, v, a, plan, ws,
+                          flags) == cudaSuccess
+             ? Status::kSuccess
+             : Status::kCudaError;
 }
 
 // ---- shared by the element-wise kernels (tail_kernel.cuh, decode_impl.cuh) ----
