@@ -59,6 +59,8 @@ __global__ void __launch_bounds__(kMergeThreads) KVQ_HIDDEN
                        s.q0 + i < plan.shape.total_q;
   const int splits = in_plan ? int(splits64) : 0;
   const int slots = in_plan ? int(splits64 + tails64) : 0;
+  // slot_row (workspace.cuh) with its stride hoisted out of the slot loop (the plan's num_q_heads is the
+  // batch's: run_checks.hpp).
   const size_t row = size_t(s.q0 + i) * a.num_q_heads + hq, stride = size_t(plan.shape.total_q) * a.num_q_heads;
   auto at_of = [&](int k) { return size_t(k < splits ? k : plan.max_splits + (k - splits)) * stride + row; };
   const int part = threadIdx.x / D, c = threadIdx.x % D;

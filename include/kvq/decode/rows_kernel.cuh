@@ -105,8 +105,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
     lt += __shfl_xor_sync(0xffffffffu, lt, 2);
     const int rg = wr0 + g + 8 * hh;
     if (rg >= rows) continue;
-    const size_t at = size_t(split) * plan.shape.total_q * plan.shape.num_q_heads +
-                      packed_query_row(s.q0, rg, group, a.num_q_heads, h);
+    const size_t at = slot_row(plan, split, packed_query_row(s.q0, rg, group, a.num_q_heads, h));
     float2* dst = reinterpret_cast<float2*>(ws.partial + at * D);
     KVQ_UNROLL
     for (int ot = 0; ot < OT; ++ot) dst[4 * ot + i] = make_float2(st.o[0][ot][2 * hh], st.o[0][ot][2 * hh + 1]);

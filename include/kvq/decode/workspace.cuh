@@ -46,6 +46,12 @@ KVQ_HD int64_t tail_slots_used(const SeqAttention& s, const DecodePlan& plan) {
   return (s.len + s.q_len - records_end(s) + span - 1) / span;
 }
 
+// Index of packed query row `out_row` in workspace slot `slot`: the row of partial ([..][head_dim])
+// and of stats ([..][2]). Every kernel that writes or reads a slot takes it from here.
+KVQ_HD size_t slot_row(const DecodePlan& plan, int slot, size_t out_row) {
+  return size_t(slot) * plan.shape.total_q * plan.shape.num_q_heads + out_row;
+}
+
 // A sequence the plan cannot serve (or whose lengths are invalid): rejected, not computed.
 KVQ_HD bool sequence_exceeds_plan(const SeqAttention& s, const DecodePlan& plan) {
   return s.status != Status::kSuccess || s.q_len > plan.shape.max_q_len || s.q0 + s.q_len > plan.shape.total_q ||
@@ -96,7 +102,7 @@ __device__ inline void combine_warps_and_store(const float* red_o, const float* 
       o += red_o[(w * rows + r) * head_dim + c] * e;
       sum += red_l[w * rows + r] * e;
     }
-  const size_t at = size_t(slot) * plan.shape.total_q * plan.shape.num_q_heads + out_row;
+  const size_t at = slot_row(plan, slot, out_row);
   ws.partial[at * head_dim + c] = o;
   if (c == 0) {
     ws.stats[2 * at] = mx;
