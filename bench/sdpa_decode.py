@@ -5,16 +5,17 @@ issue compares against. CUDA events, L2 flushed before each timed call, median o
 usage: python3 bench/sdpa_decode.py [--csv OUT]
 Bytes counted: K and V read once (2 x batch x context x 8 x 128 x 2 B) + q + out."""
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
+
+from sdpa_timing import flush_buffer, median_us
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--csv")
 args = ap.parse_args()
 dev = torch.device("cuda")
-flush = torch.empty(int(4 * torch.cuda.get_device_properties(0).L2_cache_size), dtype=torch.uint8, device=dev)
+flush = flush_buffer(dev)
 rows = []
 for q_len, batch, ctx in [(q, b, c) for q in (1, 4) for b in (1, 8, 32, 64) for c in (4096, 32768, 131072)]:
         hq, hk, d = 32, 8, 128
@@ -22,18 +23,7 @@ for q_len, batch, ctx in [(q, b, c) for q in (1, 4) for b in (1, 8, 32, 64) for 
         k = torch.randn(batch, hk, ctx, d, device=dev, dtype=torch.bfloat16)
         v = torch.randn(batch, hk, ctx, d, device=dev, dtype=torch.bfloat16)
         fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(20):
-            flush.random_(0, 255)
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e3)
-        t = statistics.median(times)
+        t = median_us(fn, flush, 20)
         nbytes = 2 * batch * ctx * hk * d * 2 + 2 * batch * q_len * hq * d * 2
         rows.append((batch, ctx, q_len, t, nbytes, nbytes / t / 1e3))
         print(f"sdpa bf16 batch {batch} context {ctx} q_len {q_len}: {t:.1f} us, {nbytes / 1e6:.1f} MB, "

@@ -8,18 +8,19 @@ usage: python3 bench/sdpa_prefill.py [--csv OUT]
 K/V are expanded to the 32 query heads before timing (SDPA's fused kernels take the bias with
 equal head counts), so the time is the attention alone."""
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
+from sdpa_timing import flush_buffer, median_us
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--csv")
 args = ap.parse_args()
 dev = torch.device("cuda")
-flush = torch.empty(int(4 * torch.cuda.get_device_properties(0).L2_cache_size), dtype=torch.uint8, device=dev)
+flush = flush_buffer(dev)
 rows = []
 hq, hk, d = 32, 8, 128
 for chunk, prefix in [(c, p) for c in (2048, 8192) for p in (0, 30720, 122880)]:
@@ -33,20 +34,9 @@ for chunk, prefix in [(c, p) for c in (2048, 8192) for p in (0, 30720, 122880)]:
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         try:
-            for _ in range(3):
-                fn()
+            t = median_us(fn, flush, 10)
         except RuntimeError:
             continue  # this backend does not take the shape / bias
-        times = []
-        for _ in range(10):
-            flush.random_(0, 255)
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e3)
-        t = statistics.median(times)
         if best is None or t < best[0]:
             best = (t, backend.name)
     t, name = best

@@ -43,6 +43,15 @@ std::string compiled_configurations() {
          "and Gv in {16,32,64}; R any multiple of the page";
 }
 
+void KvCache::check_room(const std::vector<SeqRows>& items) const {
+  for (const SeqRows& it : items) {
+    if (it.seq < 0 || it.seq >= max_seqs()) throw Error("kv cache: sequence " + std::to_string(it.seq) + " out of range");
+    if (length(it.seq) + it.count > capacity())
+      throw Error("kv cache: sequence " + std::to_string(it.seq) + " would hold " + std::to_string(length(it.seq) + it.count) +
+                  " tokens, more than the cache was sized for (" + std::to_string(capacity()) + " tokens per sequence)");
+  }
+}
+
 std::unique_ptr<KvCache> make_kv_cache(const CacheSpec& spec, int layers, int kv_heads, int head_dim, int max_seqs,
                                        int64_t max_len) {
   if (head_dim != 64) throw Error("kv cache: head dim " + std::to_string(head_dim) + " is not compiled (this example: 64)");

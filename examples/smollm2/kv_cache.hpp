@@ -76,8 +76,9 @@ class KvCache {
   virtual int64_t capacity() const = 0;  // tokens per sequence
   virtual int max_seqs() const = 0;
   virtual void reset(int seq) = 0;
-  // Throws Error when a sequence would exceed the capacity (before anything is changed).
-  virtual void check_room(const std::vector<SeqRows>& items) const = 0;
+  // Throws Error when a sequence is out of range or would exceed the capacity (before anything is
+  // changed).
+  void check_room(const std::vector<SeqRows>& items) const;
   // One layer of one step: attention of the new tokens (q [rows][num_q_heads][64], bf16, RoPE
   // applied; k, v [rows][kv_heads][64]) over the cache and themselves into out [rows][num_q_heads*64]
   // fp32, and the append of k, v. Layers are stepped in order 0..L-1 with the same items.

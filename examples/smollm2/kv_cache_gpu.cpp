@@ -57,15 +57,6 @@ class GpuKvCacheImpl final : public GpuKvCache {
     cold_[size_t(seq)] = 0;
   }
 
-  void check_room(const std::vector<SeqRows>& items) const override {
-    for (const SeqRows& it : items) {
-      if (it.seq < 0 || it.seq >= max_seqs_) throw Error("kv cache: sequence " + std::to_string(it.seq) + " out of range");
-      if (length(it.seq) + it.count > cap_)
-        throw Error("kv cache: sequence " + std::to_string(it.seq) + " would hold " + std::to_string(length(it.seq) + it.count) +
-                    " tokens, more than the cache was sized for (" + std::to_string(cap_) + " tokens per sequence)");
-    }
-  }
-
   void step(ThreadPool&, int, const std::vector<SeqRows>&, int, const kvq::bf16*, const kvq::bf16*, const kvq::bf16*,
             float*) override {
     throw Error("kv cache: the GPU cache is stepped on the device (begin / step_layer / finish), not with host pointers");

@@ -45,15 +45,6 @@ class KvCacheImpl final : public KvCache {
     for (Host& c : layers_) c.release(seq);  // pages back to the pool, lengths 0
   }
 
-  void check_room(const std::vector<SeqRows>& items) const override {
-    for (const SeqRows& it : items) {
-      if (it.seq < 0 || it.seq >= max_seqs_) throw Error("kv cache: sequence " + std::to_string(it.seq) + " out of range");
-      if (length(it.seq) + it.count > cap_)
-        throw Error("kv cache: sequence " + std::to_string(it.seq) + " would hold " + std::to_string(length(it.seq) + it.count) +
-                    " tokens, more than the cache was sized for (" + std::to_string(cap_) + " tokens per sequence)");
-    }
-  }
-
   void step(ThreadPool& pool, int layer, const std::vector<SeqRows>& items, int num_q_heads, const kvq::bf16* q,
             const kvq::bf16* k, const kvq::bf16* v, float* out) override {
     Host& c = layers_[size_t(layer)];
