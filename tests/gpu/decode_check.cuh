@@ -448,7 +448,8 @@ void check_decode_many_slots(uint64_t seed) {
 }
 
 // Isolation of the two halves of the kernel (prompt then one decode step of q_len 1..max_q, GQA
-// group 4: max_q 4 keeps the rows within the records kernel's 16, max_q 16 takes the many-row kernel):
+// group 4: max_q 4 keeps the rows within the records kernel's 16; max_q 16 takes the many-row kernel where
+// the configuration has one ("none" in both roles), else 4 or 8 row tiles of the records kernel):
 //  constant keys: every logit is equal, so the output must be the mean of the values as the cache
 //    holds them (tests the value path alone);
 //  one-hot values: token t's value is e_(7t mod D), so output channel c is the sum of the
