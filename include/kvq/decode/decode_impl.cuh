@@ -112,13 +112,25 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
   combine_and_store_rows<RT, D>(red, m, l, acc, rows - row0 < RT ? rows - row0 : RT, ws, plan, split, a, s, h, group, row0);
 }
 
+// The split kernel that carries `rows_per_cta` query rows a CTA (decode_rows_per_cta): f(kernel, its
+// dynamic shared memory) for the one kvq::decode launches and plan_decode<Cfg> sizes splits by.
+// kDecodeManyRows: the many-row kernel (only where has_many_rows_kernel; kvq::decode refuses other
+// plans first); 16 at head dims up to 128: the two-row-tile records kernel; else the single-row-tile one.
+template <class Cfg, class F>
+Status with_split_kernel(int rows_per_cta, F&& f) {
+  if constexpr (has_many_rows_kernel<Cfg>())
+    if (rows_per_cta == kDecodeManyRows) return f(decode_rows_kernel<Cfg>, DecodeRowsSmem<Cfg>::bytes);
+  if constexpr (Cfg::head_dim <= 128)
+    if (rows_per_cta == 16) return f(decode_records_kernel<Cfg, 2>, RecordsSmem<Cfg, 2>::bytes);
+  return f(decode_records_kernel<Cfg, 1>, RecordsSmem<Cfg, 1>::bytes);
+}
+
 }  // namespace detail
 
 template <class Cfg>
 Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
               const DecodePlan& plan, void* workspace, size_t workspace_bytes, typename Cfg::dtype* out,
               uint32_t* flags, cudaStream_t stream) {
-  constexpr int D = Cfg::head_dim;
   const PlannedAttention planned{plan.head_dim, plan.page, plan.record_bytes, plan.shape.num_q_heads,
                                  plan.shape.num_kv_heads, plan.shape.residual, plan.shape.batch, plan.workspace_bytes};
   const Status st = check_attention_run<Cfg>(cache, batch, planned, workspace, workspace_bytes, out, flags);
@@ -136,15 +148,10 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   if constexpr (records_path) {
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;
     const dim3 grid(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles));
-    if (plan.rows_per_cta == kDecodeManyRows) {
-      if constexpr (detail::has_many_rows_kernel<Cfg>())  // (else refused above)
-        if (detail::launch_rows<Cfg>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess) return Status::kCudaError;
-    } else if (plan.rows_per_cta == 16 && D <= 128) {
-      if (detail::launch_records<Cfg, D <= 128 ? 2 : 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess)
-        return Status::kCudaError;
-    } else if (detail::launch_records<Cfg, 1>(grid, stream, cache, batch, plan, ws, flags) != Status::kSuccess) {
-      return Status::kCudaError;
-    }
+    const Status launched = detail::with_split_kernel<Cfg>(plan.rows_per_cta, [&](auto kernel, size_t bytes) {
+      return detail::launch_split_kernel(kernel, bytes, grid, stream, cache, batch, plan, ws, flags);
+    });
+    if (launched != Status::kSuccess) return launched;
     if (plan.tail_ctas > 0) {  // beside the records kernel: its dependent launch (plan.hpp, tail_kernel.cuh)
       if (detail::launch_dependent(detail::decode_tail_kernel<Cfg>, plan.dependent_launches != 0, dim3(unsigned(plan.tail_ctas)),
                                    dim3(detail::kDecodeWarps * 32), 0, stream, cache, batch, plan, ws, flags) != cudaSuccess)
@@ -178,14 +185,9 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
       const int rows = detail::planned_rows_per_cta<Cfg>(shape);
       int regs = 0;
       size_t smem = 0;
-      const auto occupancy = [&]() {
-        if constexpr (many_rows)
-          if (rows == kDecodeManyRows) return detail::rows_occupancy<Cfg>(&ctas_per_sm, &regs, &smem);
-        return rows == 16 && Cfg::head_dim <= 128
-                   ? detail::records_occupancy<Cfg, Cfg::head_dim <= 128 ? 2 : 1>(&ctas_per_sm, &regs, &smem)
-                   : detail::records_occupancy<Cfg, 1>(&ctas_per_sm, &regs, &smem);
-      };
-      const Status st = occupancy();
+      const Status st = detail::with_split_kernel<Cfg>(rows, [&](auto kernel, size_t bytes) {
+        return detail::split_kernel_occupancy(kernel, bytes, &ctas_per_sm, &regs, &smem);
+      });
       if (st != Status::kSuccess) return st;
       // Tail CTAs that fit on a multiprocessor that holds one records CTA fewer than it can (both
       // kernels have kDecodeWarps warps; registers are allocated per warp, the driver reserves some

@@ -735,20 +735,5 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   }
 }
 
-template <class Cfg, int NT>
-Status launch_records(dim3 grid, cudaStream_t stream, const CacheView<typename Cfg::dtype>& v,
-                      const AttentionBatch<typename Cfg::dtype>& a, const DecodePlan& plan, const DecodeWorkspace& ws,
-                      uint32_t* flags) {
-  return launch_split_kernel(decode_records_kernel<Cfg, NT>, RecordsSmem<Cfg, NT>::bytes, grid, stream, v, a, plan, ws, flags);
-}
-
-// CTAs of the records kernel one multiprocessor holds (what the planner sizes splits by), and the
-// registers a thread and the shared memory a CTA of it use.
-template <class Cfg, int NT>
-Status records_occupancy(int* ctas_per_sm, int* regs, size_t* smem) {
-  return split_kernel_occupancy(decode_records_kernel<Cfg, NT>, kDecodeWarps * 32, RecordsSmem<Cfg, NT>::bytes, ctas_per_sm, regs,
-                                smem);
-}
-
 }  // namespace detail
 KVQ_NAMESPACE_END

@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
   using T = typename Cfg::dtype;
   constexpr int BM = kDecodeManyRows, D = Cfg::head_dim, P = Cfg::page, BN = decode_rows_tile_tokens(D), OT = D / 8;
   static_assert(BM == 16 * kPrefillWarps, "one m-tile of 16 rows per warp");
+  static_assert(kPrefillWarps == kDecodeWarps, "the split kernels' CTAs are kDecodeWarps warps (launch_split_kernel)");
   // Its own name: an extern __shared__ array is one symbol per translation unit.
   extern __shared__ __align__(16) uint8_t decode_rows_smem[];
   __shared__ SeqAttention s;
@@ -114,19 +115,6 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) KVQ_HIDDEN
       ws.stats[2 * at + 1] = lt;
     }
   }
-}
-
-template <class Cfg>
-Status launch_rows(dim3 grid, cudaStream_t stream, const CacheView<typename Cfg::dtype>& v,
-                   const AttentionBatch<typename Cfg::dtype>& a, const DecodePlan& plan, const DecodeWorkspace& ws,
-                   uint32_t* flags) {
-  static_assert(kPrefillWarps == kDecodeWarps, "the split kernels' CTAs are kDecodeWarps warps");
-  return launch_split_kernel(decode_rows_kernel<Cfg>, DecodeRowsSmem<Cfg>::bytes, grid, stream, v, a, plan, ws, flags);
-}
-
-template <class Cfg>
-Status rows_occupancy(int* ctas_per_sm, int* regs, size_t* smem) {
-  return split_kernel_occupancy(decode_rows_kernel<Cfg>, kPrefillWarps * 32, DecodeRowsSmem<Cfg>::bytes, ctas_per_sm, regs, smem);
 }
 
 }  // namespace detail

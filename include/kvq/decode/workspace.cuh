@@ -110,14 +110,14 @@ __device__ inline void combine_warps_and_store(const float* red_o, const float* 
   }
 }
 
-// CTAs of a split kernel (records_kernel.cuh, rows_kernel.cuh) one multiprocessor holds (what the
-// planner sizes splits by), and the registers a thread and the shared memory a CTA of it use;
-// `bytes`: its dynamic shared memory.
+// CTAs of a split kernel (records_kernel.cuh, rows_kernel.cuh; kDecodeWarps warps) one
+// multiprocessor holds (what the planner sizes splits by), and the registers a thread and the shared
+// memory a CTA of it use; `bytes`: its dynamic shared memory.
 template <class Kernel>
-Status split_kernel_occupancy(Kernel kernel, int threads, size_t bytes, int* ctas_per_sm, int* regs, size_t* smem) {
+Status split_kernel_occupancy(Kernel kernel, size_t bytes, int* ctas_per_sm, int* regs, size_t* smem) {
   cudaFuncAttributes attr{};
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, threads, bytes) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, kDecodeWarps * 32, bytes) != cudaSuccess ||
       cudaFuncGetAttributes(&attr, kernel) != cudaSuccess)
     return Status::kCudaError;
   *regs = attr.numRegs;
