@@ -63,25 +63,25 @@ TEST_CASE("decode plan: the split CTAs fit in one wave of the residency the call
 
 TEST_CASE("decode plan: over 16 query rows a KV head and enough tokens, the many-row kernel's splits are whole tiles") {
   for (bool many_rows_kernel : {false, true})
-  for (int head_dim : {64, 128, 256})
-    for (int page : {16, 32, 64, 128})
-      for (int max_q : {4, 5, 16})
-        for (int64_t tokens : {int64_t(100), int64_t(4096), int64_t(131072 + 517)}) {
-          CAPTURE(many_rows_kernel);
-          CAPTURE(head_dim);
-          CAPTURE(page);
-          CAPTURE(max_q);
-          CAPTURE(tokens);
-          kvq::DecodePlan p;
-          REQUIRE(kvq::plan_decode(shape(8, tokens, max_q), head_dim, page, 6144, &p, 4, 0, false, many_rows_kernel) ==
-                  kvq::Status::kSuccess);
-          const bool many = many_rows_kernel && 4 * max_q > 16 && 8 * tokens >= kvq::kDecodeManyRowsMinTokens;
-          CHECK(p.rows_per_cta == (many ? kvq::kDecodeManyRows : 4 * max_q > 8 && head_dim <= 128 ? 16 : 8));
-          CHECK(p.split_tokens % page == 0);
-          if (many) CHECK(p.split_tokens % kvq::decode_rows_tile_tokens(head_dim) == 0);
-          CHECK(int64_t(p.max_splits) * p.split_tokens >= tokens);
-          CHECK(int64_t(p.max_splits - 1) * p.split_tokens < tokens);
-        }
+    for (int head_dim : {64, 128, 256})
+      for (int page : {16, 32, 64, 128})
+        for (int max_q : {4, 5, 16})
+          for (int64_t tokens : {int64_t(100), int64_t(4096), int64_t(131072 + 517)}) {
+            CAPTURE(many_rows_kernel);
+            CAPTURE(head_dim);
+            CAPTURE(page);
+            CAPTURE(max_q);
+            CAPTURE(tokens);
+            kvq::DecodePlan p;
+            REQUIRE(kvq::plan_decode(shape(8, tokens, max_q), head_dim, page, 6144, &p, 4, 0, false, many_rows_kernel) ==
+                    kvq::Status::kSuccess);
+            const bool many = many_rows_kernel && 4 * max_q > 16 && 8 * tokens >= kvq::kDecodeManyRowsMinTokens;
+            CHECK(p.rows_per_cta == (many ? kvq::kDecodeManyRows : 4 * max_q > 8 && head_dim <= 128 ? 16 : 8));
+            CHECK(p.split_tokens % page == 0);
+            if (many) CHECK(p.split_tokens % kvq::decode_rows_tile_tokens(head_dim) == 0);
+            CHECK(int64_t(p.max_splits) * p.split_tokens >= tokens);
+            CHECK(int64_t(p.max_splits - 1) * p.split_tokens < tokens);
+          }
   // The batch's tokens decide: 32 rows of "none" over 1 x 131,072 tokens take the many-row
   // kernel, over 1 x 32,768 (or 3 x 32,768) the records kernel.
   for (int batch : {1, 3, 4, 8}) {
