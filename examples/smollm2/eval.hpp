@@ -22,6 +22,7 @@ struct CsvRow {
 
 // Label of a cache configuration in the CSV: the format, "_r0" appended when R = 0.
 std::string format_label(const CacheSpec& spec);
+std::string variant_label(const CacheSpec& spec);
 // Appends rows (writing the header first when the file is new or empty).
 void append_csv(const std::string& path, const std::string& model, const CacheSpec& spec, const std::vector<CsvRow>& rows);
 

@@ -8,6 +8,16 @@ namespace smollm2 {
 
 std::string format_label(const CacheSpec& spec) { return spec.residual == 0 ? spec.format + "_r0" : spec.format; }
 
+// The technique set in one CSV field: "base" for kvq's scheme as is, else the ablation's and the
+// rotation's options joined with '+' (e.g. "rotate+sinks=4").
+std::string variant_label(const CacheSpec& spec) {
+  std::string v = (spec.rotate ? " rotate" : "") + describe(spec.ablation);
+  if (v.empty()) return "base";
+  for (char& c : v)
+    if (c == ' ') c = '+';
+  return v.substr(1);
+}
+
 void append_csv(const std::string& path, const std::string& model, const CacheSpec& spec, const std::vector<CsvRow>& rows) {
   bool fresh = true;
   {
@@ -16,13 +26,14 @@ void append_csv(const std::string& path, const std::string& model, const CacheSp
   }
   std::ofstream out(path, std::ios::app);
   if (!out) throw Error("cannot write " + path);
-  if (fresh) out << "model,format,gk,gv,residual,metric,context,value,n\n";
+  if (fresh) out << "model,format,gk,gv,residual,metric,context,value,n,variant\n";
   const bool grouped = spec.format == "int4" || spec.format == "int2" || spec.format == "k4v2";
   for (const CsvRow& r : rows) {
     char value[64];
     std::snprintf(value, sizeof value, "%.6g", r.value);
     out << model << ',' << format_label(spec) << ',' << (grouped ? spec.gk : 0) << ',' << (grouped ? spec.gv : 0) << ','
-        << spec.residual << ',' << r.metric << ',' << r.context << ',' << value << ',' << r.n << '\n';
+        << spec.residual << ',' << r.metric << ',' << r.context << ',' << value << ',' << r.n << ',' << variant_label(spec)
+        << '\n';
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include <kvq/kvq.hpp>
 
+#include "ablation.hpp"
 #include "threads.hpp"
 
 namespace smollm2 {
@@ -31,6 +32,10 @@ struct CacheSpec {
   int residual = 128;           // R: hot window beyond the newest page, a multiple of the page
   int page = 64;                // P: 16, 32 or 64
   AttentionPath path = AttentionPath::kDecode;
+  // Accuracy experiments (ablation.hpp; CPU decode path only) and the Hadamard rotation of q/k/v
+  // and the attention output (model.cpp; both backends).
+  Ablation ablation;
+  bool rotate = false;
 };
 
 std::string describe(const CacheSpec& spec);       // e.g. "int2 Gk=32 Gv=32 R=128 P=64"

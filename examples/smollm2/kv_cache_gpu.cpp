@@ -242,6 +242,8 @@ std::unique_ptr<GpuKvCache> make_gpu_kv_cache(const CacheSpec& spec, int layers,
     throw Error("kv cache: the hot window R=" + std::to_string(spec.residual) + " must be a non-negative multiple of the page size " +
                 std::to_string(spec.page));
   if (max_seqs <= 0 || max_len <= 0) throw Error("kv cache: empty cache requested");
+  if (!spec.ablation.is_default())
+    throw Error("kv cache: the simulated variants (" + describe(spec.ablation) + " ) run on the CPU decode path only");
   GpuCacheOps ops{};
   const kvq::Status st = kvq::dispatch(GpuConfigs{}, config_key(spec), [&](auto tag) {
     ops = gpu_ops<typename decltype(tag)::type>();

@@ -23,6 +23,8 @@ class KvCacheImpl final : public KvCache {
         cap_(int64_t(pages_per_seq_) * P) {
     for (int l = 0; l < layers; ++l)
       layers_.emplace_back(kv_heads, int64_t(max_seqs) * pages_per_seq_, max_seqs, spec.residual, pages_per_seq_, max_seqs);
+    if (!spec.ablation.is_default() && spec.path != AttentionPath::kDecode)
+      throw Error("kv cache: the simulated variants (" + describe(spec.ablation) + " ) need --attention decode");
     if (spec.path == AttentionPath::kDecode) {
       const size_t per = size_t(cap_ + 16) * D;
       mirrors_.resize(size_t(layers) * size_t(max_seqs) * size_t(kv_heads));
@@ -183,7 +185,8 @@ class KvCacheImpl final : public KvCache {
     }
   }
 
-  // Pages [from, to) just turned cold: what the cache now yields for them, from its bytes.
+  // Pages [from, to) just turned cold: what the cache now yields for them, from its bytes (or,
+  // under an ablation, what the simulated variant would yield: ablation.hpp).
   void decode_cold(Host& c, int layer, int seq, int64_t from, int64_t to) {
     for (int64_t p = from / P; p < to / P; ++p) {
       const int32_t page = c.block_table[size_t(seq) * size_t(pages_per_seq_) + size_t(p)];
@@ -195,8 +198,33 @@ class KvCacheImpl final : public KvCache {
             m.kq_t[k_tile_index(p * P + t, d)] = kvq::decode_record_element<Cfg, kvq::Role::kKey>(rec, t, d);
             m.vq[size_t(p * P + t) * D + size_t(d)] = kvq::decode_record_element<Cfg, kvq::Role::kValue>(rec, t, d);
           }
+        if (!spec_.ablation.is_default()) simulate(layer, m, p);
       }
     }
+  }
+
+  // Side by side: the library's bytes (asym formats re-quantized by the variant), or bf16 for a
+  // side or layer the ablation leaves unquantized.
+  void simulate(int layer, const HeadMirror& m, int64_t p) {
+    const Ablation& a = spec_.ablation;
+    using KQ = typename Cfg::k_quant;
+    using VQ = typename Cfg::v_quant;
+    std::vector<float> kr(size_t(P) * D), vr(kr.size()), ks(kr.size()), vs(kr.size());
+    for (int t = 0; t < P; ++t)
+      for (int d = 0; d < D; ++d) {
+        kr[size_t(t) * D + size_t(d)] = m.kr_t[k_tile_index(p * P + t, d)];
+        vr[size_t(t) * D + size_t(d)] = m.vr[size_t(p * P + t) * D + size_t(d)];
+      }
+    const bool layer_on = a.quantizes_layer(layer);
+    const bool k_on = layer_on && a.quant_k, v_on = layer_on && a.quant_v;
+    const bool k_sim = KQ::kind == kvq::QuantKind::kAsym, v_sim = VQ::kind == kvq::QuantKind::kAsym;
+    simulate_page(a, k_on && k_sim ? KQ::bits : 0, k_sim ? KQ::group : 1, v_on && v_sim ? VQ::bits : 0,
+                  v_sim ? VQ::group : 1, P, p * P, kr.data(), vr.data(), ks.data(), vs.data());
+    for (int t = 0; t < P; ++t)
+      for (int d = 0; d < D; ++d) {
+        if (!k_on || k_sim) m.kq_t[k_tile_index(p * P + t, d)] = ks[size_t(t) * D + size_t(d)];
+        if (!v_on || v_sim) m.vq[size_t(p * P + t) * D + size_t(d)] = vs[size_t(t) * D + size_t(d)];
+      }
   }
 
   CacheSpec spec_;

@@ -30,6 +30,15 @@ const char* kUsage =
     "  --page P                            page size 16, 32 or 64 (64)\n"
     "  --attention decode|reference        decode: what token-by-token decoding sees, at any chunk size\n"
     "                                      (default); reference: kvq::reference::attention per chunk\n"
+    "  --rotate on|off                     Hadamard rotation (random signs) of q/k/v per head before the cache,\n"
+    "                                      undone on the attention output (both devices; default off)\n"
+    "  accuracy experiments (CPU, --attention decode; docs/ACCURACY.md):\n"
+    "  --ablate-kv k|v|kv                  quantize only the keys, only the values, or both (default)\n"
+    "  --ablate-layers A-B                 quantize only layers A..B (B empty: to the last)\n"
+    "  --sim-sinks S                       the first S tokens stay bf16 and leave their groups' statistics\n"
+    "  --sim-k-clip|--sim-v-clip minmax|mse  group range by min/max or by an MSE search of each end\n"
+    "  --sim-v-levels uniform|lloydmax     2-bit value levels\n"
+    "  --sim-k-axis channel|token          key groups per channel (kvq) or per token\n"
     "commands:\n"
     "  perplexity --text FILE [--window 4096] [--windows 4] [--start 0] [--chunk 256] [--batch 2]\n"
     "  passkey [--lengths 1024,2048,4096,8192] [--depths 0.1,0.3,0.5,0.7,0.9] [--trials 4] [--seed 1] [--chunk 256]\n"
@@ -73,7 +82,8 @@ struct Args {
 Args parse(int argc, char** argv) {
   static const char* known[] = {"model", "device", "format", "gk", "gv", "residual", "page", "attention", "threads", "max-context",
                                 "csv", "text", "window", "windows", "start", "chunk", "batch", "lengths", "depths",
-                                "trials", "seed", "prompt", "passage", "max-new"};
+                                "trials", "seed", "prompt", "passage", "max-new", "rotate", "ablate-kv",
+                                "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis"};
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -107,6 +117,10 @@ int run(int argc, char** argv) {
   const std::string path = a.str("attention", "decode");
   if (path != "decode" && path != "reference") throw Error("--attention must be decode or reference");
   spec.path = path == "decode" ? AttentionPath::kDecode : AttentionPath::kReference;
+  const std::string rot = a.str("rotate", "off");
+  if (rot != "on" && rot != "off") throw Error("--rotate expects on or off");
+  spec.rotate = rot == "on";
+  for (const auto& f : a.flags) parse_ablation_flag(spec.ablation, f.first, f.second);
   config_key(spec);  // rejects an unknown format before the model loads
 
   const GgufFile file(a.str("model"));
