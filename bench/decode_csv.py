@@ -2,12 +2,14 @@
 """Turns a Google Benchmark JSON of kvq_bench_decode into bench/results/decode.csv (the issue's
 columns) and a markdown table, with PyTorch SDPA's times (bench/sdpa_decode.py CSV) beside them.
 
-usage: bench/decode_csv.py RUN.json --csv OUT.csv [--sdpa SDPA.csv] --commit C --gpu NAME
+usage: bench/decode_csv.py RUN.json --csv OUT.csv [--sdpa SDPA.csv] [--dequantize-csv OUT2.csv] --commit C --gpu NAME
 Medians only. bytes: what the kernel must read (bench/decode_bench.cuh); pct_bw: % of the copy
 kernel's bandwidth measured in the same process (reads + writes); speedup_vs_none: time(none) /
 time(format). Runs that also measured the read-only bandwidth (bench_util.cuh read_bandwidth_gbps,
-counter read_GBps: the read-only stream until run f19, since then the faster of it and a chunked
-read) get a "% of read bw" column in the markdown table (the CSV's columns are fixed)."""
+counter read_GBps: the faster of a read-only stream and a chunked read) get a "% of read bw" column
+in the markdown table (the CSV's columns are fixed). --dequantize-csv writes the run's dequantize/
+cells (kvq::dequantize to bf16: bytes = records read + rows written) with the copy kernel's
+bandwidth of the run (copy_gbps)."""
 import argparse
 import csv
 import json
@@ -16,6 +18,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("json")
 ap.add_argument("--csv", required=True)
 ap.add_argument("--sdpa")
+ap.add_argument("--dequantize-csv")
 ap.add_argument("--commit", default="")
 ap.add_argument("--gpu", default="")
 args = ap.parse_args()
@@ -47,6 +50,18 @@ with open(args.csv, "w", newline="") as f:
         w.writerow(["decode", r["format"], 128, 64, 32, 8, r["batch"], r["context"], r["q_len"], f"{r['time_us']:.2f}",
                     int(r["bytes"]), f"{r['gbps']:.1f}", f"{r['pct_bw']:.2f}",
                     f"{none[key] / r['time_us']:.3f}" if key in none else "", args.gpu, args.commit, date])
+if args.dequantize_csv:
+    with open(args.dequantize_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow("kernel,format,head_dim,page,kv_heads,batch,context,time_us,bytes,gbps,pct_bw,copy_gbps,gpu,commit,date"
+                   .split(","))
+        for b in run["benchmarks"]:
+            if b.get("aggregate_name") != "median" or not b["run_name"].startswith("dequantize/"):
+                continue
+            _, fmt, batch, ctx = b["run_name"].removesuffix("/manual_time").split("/")
+            w.writerow(["dequantize", fmt, 128, 64, 8, int(batch.split(":")[1]), int(ctx.split(":")[1]),
+                        f"{b['real_time']:.2f}", int(b["bytes"]), f"{b['GBps']:.1f}",
+                        f"{100.0 * b['GBps'] / b['copy_GBps']:.2f}", f"{b['copy_GBps']:.1f}", args.gpu, args.commit, date])
 has_read = bool(read_bw)
 print("| format | q_len | batch | context | time (us) | bytes | GB/s | % of copy bw |" + (" % of read bw |" if has_read else "")
       + " speedup vs none | SDPA bf16 (us) |")

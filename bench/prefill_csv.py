@@ -5,7 +5,7 @@ columns) and a markdown table, with PyTorch SDPA's (bench/sdpa_prefill.py CSV) b
 usage: bench/prefill_csv.py RUN.json [RUN2.json ...] --csv OUT.csv [--sdpa SDPA.csv] --commit C --gpu NAME
 Medians only; "prefill/" entries (the library's default kernel) go to the CSV, "prefill_alt/"
 (the mma.sync kernel where the default is wgmma, else the other CTA height) and "prefill_wother/"
-(the wgmma kernel with the K/V tile it does not default to; "prefill_w64/" in runs before v5),
+(the wgmma kernel with the K/V tile it does not default to; "prefill_w64/" in older binaries),
 "prefill_ws/" (the warp-specialized kernel), "prefill_ws64/" (it with 64-token tiles where the
 default tile is 128) and "prefill_wgmma/" (the wgmma kernel where the default is the
 warp-specialized one) entries only to the table. tflops: the issue's count
