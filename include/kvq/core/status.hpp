@@ -65,7 +65,10 @@ inline int& cuda_error_slot() {
 inline int last_cuda_error() { return detail::cuda_error_slot(); }
 
 // Bits a kernel (or the host reference) ORs into the caller's `flags` word. They report what
-// happened to the data, or a per-sequence argument error that only the device could see.
+// happened to the data, or a per-sequence argument error that only the device could see. Which
+// sequences kFlagBadSequence stands for, and why: bad_append_sequences, bad_rollback_sequences,
+// bad_dequantize_sequences (cache/bad_sequence.hpp) and bad_attention_sequences
+// (attention/bad_sequence.hpp) re-run the kernels' checks on host copies of the arguments.
 enum Flag : uint32_t {
   kFlagNonFinite = 1u << 0,     // a NaN or +-Inf input was sanitised (NaN -> 0, Inf -> +-65504)
   kFlagSaturated = 1u << 1,     // a finite input beyond the fp16 range was saturated to +-65504
