@@ -6,7 +6,7 @@
 //   /tmp/kvq_format_example
 //
 // Do not add -ffast-math: it lets the compiler replace the division by 2^b - 1 with a multiplication
-// by its reciprocal, which changes the rounded scales (see FORMAT.md section 3.8).
+// by its reciprocal, which changes the rounded scales (see FORMAT.md section 3.9).
 //
 // It encodes one record of the configuration
 //   kvq::CacheConfig<kvq::bf16, /*D=*/64, /*P=*/16, kvq::Int2<16>, kvq::Int2<16>>
@@ -108,8 +108,14 @@ void section_scalar_rules() {
       {"smallest nonzero scale hi-lo=2^-23", 2, 0.0f, std::ldexp(1.0f, -23)},
       {"widest group INT2", 2, -65504.0f, 65504.0f},
       {"widest group INT4", 4, -65504.0f, 65504.0f},
-      {"bf16 constant 257*2^-28 (not in fp16)", 2, std::ldexp(257.0f, -28), std::ldexp(257.0f, -28)},
+      {"bf16 constant 129*2^-27 (not in fp16)", 2, std::ldexp(129.0f, -27), std::ldexp(129.0f, -27)},
   };
+  {  // the tiny bf16 constant: a bf16 value (8 significant bits) that fp16 rounds to 16*2^-24 = 2^-20
+    const float tiny = std::ldexp(129.0f, -27);
+    check(kvq::bf16_bits_to_f32(kvq::f32_to_bf16_bits(tiny)) == tiny, "129*2^-27 is a bf16 value");
+    check(kvq::f16_bits_to_f32(kvq::f32_to_f16_bits(tiny)) == std::ldexp(1.0f, -20), "fp16(129*2^-27) = 2^-20");
+    check(kvq::asym_params<2>(tiny, tiny).zero == 0x0010, "its constant group stores zero point 0x0010");
+  }
   for (const Case& c : cases) {
     const kvq::AsymParams p = c.bits == 2 ? kvq::asym_params<2>(c.lo, c.hi) : kvq::asym_params<4>(c.lo, c.hi);
     std::printf("  %-40s INT%d lo=%-12.9g hi=%-12.9g zero=0x%04x (%.9g) scale=0x%04x (%.9g)\n", c.what, c.bits, c.lo,
@@ -117,8 +123,13 @@ void section_scalar_rules() {
   }
   {  // widest INT2 group: the top code reconstructs above 65504 (fp32 is fine)
     const kvq::AsymParams p = kvq::asym_params<2>(-65504.0f, 65504.0f);
-    std::printf("  widest INT2: fma(3, scale, zero) = %.9g\n",
-                kvq::asym_decode(3, kvq::f16_bits_to_f32(p.zero), kvq::f16_bits_to_f32(p.scale)));
+    const float top = kvq::asym_decode(3, kvq::f16_bits_to_f32(p.zero), kvq::f16_bits_to_f32(p.scale));
+    const uint16_t sat = kvq::fp16::from_float_saturate(top).bits, plain = kvq::f32_to_f16_bits(top);
+    std::printf("  widest INT2: fma(3, scale, zero) = %.9g\n", top);
+    std::printf("  as fp16: fp16::from_float_saturate (dequantize) = 0x%04x (%.9g); plain fp16() = 0x%04x (%.9g)\n", sat,
+                kvq::f16_bits_to_f32(sat), plain, kvq::f16_bits_to_f32(plain));
+    check(top == 65536.0f, "widest INT2 top code reconstructs 65536");
+    check(sat == 0x7bff && plain == 0x7c00, "65536 saturates to 65504 in dequantize, a plain fp16 conversion gives +Inf");
   }
 
   std::printf("-- INT8 (symmetric, per token): x = {0.5, -2.54, 1.27, 0.0127}\n");

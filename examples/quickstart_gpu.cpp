@@ -149,7 +149,7 @@ GpuOutcome gpu_replay(const Replay& r) {
     if (err != cudaSuccess) return fail(kvq::Status::kCudaError);
     const kvq::Status st = engine::engine_append(r.key, cache, args, s.max_new, flags.get<uint32_t>(), stream);
     if (st != kvq::Status::kSuccess) {
-      if (st == kvq::Status::kCudaError) err = cudaGetLastError();
+      if (st == kvq::Status::kCudaError) err = static_cast<cudaError_t>(kvq::last_cuda_error());
       return fail(st);
     }
     cuda(cudaMemcpyAsync(reported.data(), cold_out.get(), bytes_of(reported), cudaMemcpyDeviceToHost, stream));

@@ -2,8 +2,10 @@
 // Kernels have their own headers: kvq/append/append.hpp (declarations) and *_impl.cuh.
 #pragma once
 
+#include "kvq/attention/bad_sequence.hpp"
 #include "kvq/attention/batch.hpp"
 #include "kvq/cache/append_plan.hpp"
+#include "kvq/cache/bad_sequence.hpp"
 #include "kvq/cache/config.hpp"
 #include "kvq/cache/planner.hpp"
 #include "kvq/cache/record_layout.hpp"

@@ -44,7 +44,7 @@ void check_dequantize(uint64_t seed, int long_pages = 40) {
   for (int b = 0; b < batch; ++b) {
     const size_t len = size_t(host.len[size_t(b)]);
     std::vector<T> rk(len * heads * D), rv(rk.size());
-    REQUIRE(kvq::reference::dequantize_sequence<Cfg>(host.view(), b, host.len[size_t(b)], host.cold_len[size_t(b)],
+    REQUIRE(kvq::reference::dequantize_sequence<Cfg>(host.view(), batch, b, host.len[size_t(b)], host.cold_len[size_t(b)],
                                                      rk.data(), rv.data()) == kvq::Status::kSuccess);
     const size_t off = size_t(cu[size_t(b)]) * heads * D;
     const std::vector<T> sk(gk.begin() + long(off), gk.begin() + long(off + rk.size()));

@@ -220,7 +220,7 @@ TEST_CASE("append: fp16 model, groups spanning from -65504 to 65504: dequantize_
                     [&](int t) { return s.v_row(t); }, st);
   CHECK_MESSAGE(st.bad == 0, st.first);
   std::vector<T> ko(64 * 128), vo(64 * 128);
-  REQUIRE(kvq::reference::dequantize_sequence<Cfg>(v, 0, 64, 64, ko.data(), vo.data()) == Status::kSuccess);
+  REQUIRE(kvq::reference::dequantize_sequence<Cfg>(v, 1, 0, 64, 64, ko.data(), vo.data()) == Status::kSuccess);
   int64_t inf_k = 0, inf_v = 0;
   for (size_t i = 0; i < ko.size(); ++i) {
     inf_k += !std::isfinite(ko[i].to_float());

@@ -283,7 +283,7 @@ TEST_CASE("bad input: attention rejects exactly the sequences whose rows lie out
 struct DeqArgs {
   kvq::CacheView<T> view;
   std::vector<int32_t> table, slots;
-  int b = 0;
+  int batch = 2, b = 0;
   int64_t len = 150, cold = 64;
   std::vector<T> ko, vo;
   T* k_ptr = nullptr;
@@ -304,7 +304,7 @@ void expect_dequantize(const std::function<void(DeqArgs&)>& mutate, Status want,
   a.v_ptr = a.vo.data();
   mutate(a);
   const Snapshot<Cfg> snap(f.c);
-  const Status st = kvq::reference::dequantize_sequence<Cfg>(a.view, a.b, a.len, a.cold, a.k_ptr, a.v_ptr);
+  const Status st = kvq::reference::dequantize_sequence<Cfg>(a.view, a.batch, a.b, a.len, a.cold, a.k_ptr, a.v_ptr);
   const std::string label = what;
   CAPTURE(label);
   CHECK(st == want);
@@ -339,6 +339,12 @@ TEST_CASE("bad input: dequantize_sequence returns the right status and writes no
   expect_dequantize([](DeqArgs& a) { a.table[0] = -1; }, Status::kInvalidPageId, "page < 0");
   expect_dequantize([](DeqArgs& a) { a.slots[0] = kSlots; }, Status::kInvalidHotSlot, "slot == num_slots");
   expect_dequantize([](DeqArgs& a) { a.slots[0] = -1; }, Status::kInvalidHotSlot, "slot < 0");
+  // A sequence index outside the batch would read past hot_slot and the block table.
+  expect_dequantize([](DeqArgs& a) { a.b = 2; }, Status::kInvalidShape, "b == batch");
+  expect_dequantize([](DeqArgs& a) { a.b = -1; }, Status::kInvalidShape, "b < 0");
+  expect_dequantize([](DeqArgs& a) { a.batch = 1; a.b = 1; a.len = 100; a.cold = 0; }, Status::kInvalidShape, "b past a smaller batch");
+  expect_dequantize([](DeqArgs& a) { a.batch = 0; }, Status::kInvalidShape, "empty batch");
+  expect_dequantize([](DeqArgs& a) { a.batch = -3; }, Status::kInvalidShape, "batch < 0");
 }
 
 }  // namespace

@@ -134,7 +134,7 @@ TEST_CASE("rollback: below the cold length or above the length fails and changes
   CHECK(c.rollback(0, 128));
   // the reference entry points refuse a length below the cold length too
   std::vector<T> ko(170 * 2 * 128), vo(ko.size());
-  CHECK(kvq::reference::dequantize_sequence<Cfg>(c.view(), 0, 110, 128, ko.data(), vo.data()) == Status::kInvalidLength);
+  CHECK(kvq::reference::dequantize_sequence<Cfg>(c.view(), c.batch(), 0, 110, 128, ko.data(), vo.data()) == Status::kInvalidLength);
 }
 
 }  // namespace
@@ -160,8 +160,8 @@ TEST_CASE("release: a finished sequence's pages return to the pool; the slot sta
   CHECK(c.cold_len[0] == fresh.cold_len[0]);
   CHECK(live_rows_equal<Cfg>(c, 0, fresh, 0));
   std::vector<T> ka(250 * 2 * 128), va(ka.size()), kb(ka.size()), vb(ka.size());
-  REQUIRE(kvq::reference::dequantize_sequence<Cfg>(c.view(), 0, 250, c.cold_len[0], ka.data(), va.data()) == Status::kSuccess);
-  REQUIRE(kvq::reference::dequantize_sequence<Cfg>(fresh.view(), 0, 250, fresh.cold_len[0], kb.data(), vb.data()) ==
+  REQUIRE(kvq::reference::dequantize_sequence<Cfg>(c.view(), c.batch(), 0, 250, c.cold_len[0], ka.data(), va.data()) == Status::kSuccess);
+  REQUIRE(kvq::reference::dequantize_sequence<Cfg>(fresh.view(), fresh.batch(), 0, 250, fresh.cold_len[0], kb.data(), vb.data()) ==
           Status::kSuccess);
   CHECK(same_bits(ka.data(), kb.data(), ka.size()));
   CHECK(same_bits(va.data(), vb.data(), va.size()));

@@ -417,7 +417,7 @@ void check_sequence(HostCache<Cfg>& c, int b, const Seq<typename Cfg::dtype>& s)
     }
   CHECK_MESSAGE(st.bad == 0, st.first);
   std::vector<T> ko(std::max<size_t>(1, size_t(L) * H * D)), vo(ko.size());
-  REQUIRE(kvq::reference::dequantize_sequence<Cfg>(v, b, L, C, ko.data(), vo.data()) == Status::kSuccess);
+  REQUIRE(kvq::reference::dequantize_sequence<Cfg>(v, c.batch(), b, L, C, ko.data(), vo.data()) == Status::kSuccess);
   int64_t bad_hot = 0, bad_cold = 0;
   for (int64_t t = 0; t < L; ++t)
     for (int h = 0; h < H; ++h) {

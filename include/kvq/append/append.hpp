@@ -26,7 +26,8 @@ KVQ_NAMESPACE_BEGIN
 // (sizes the grid; a sequence above it is rejected on the device). flags: device word the kernel
 // ORs kFlag* bits into (kFlagBadSequence: a sequence whose lengths, slot or page ids were invalid,
 // or whose rows [cu_new[b], cu_new[b+1]) lie outside [0, cu_new[batch]), was left untouched).
-// Returns a Status for arguments the host can check, kCudaError if the launch failed.
+// Returns a Status for arguments the host can check, kCudaError if the launch failed (its
+// cudaError_t: kvq::last_cuda_error(); an earlier CUDA error of the caller is left pending).
 template <class Cfg>
 Status append(const CacheView<typename Cfg::dtype>& cache, const AppendBatch<typename Cfg::dtype>& batch,
               int max_new_tokens, uint32_t* flags, cudaStream_t stream);

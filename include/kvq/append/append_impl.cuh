@@ -12,6 +12,7 @@
 
 #include "kvq/append/append.hpp"
 #include "kvq/append/page_encoder.cuh"
+#include "kvq/core/launch.cuh"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -82,8 +83,8 @@ Status append(const CacheView<typename Cfg::dtype>& cache, const AppendBatch<typ
   if (batch.batch == 0) return Status::kSuccess;
   const int row_pages = (cache.residual + Cfg::page) / Cfg::page;
   const dim3 grid(unsigned(row_pages + max_new_tokens / Cfg::page), unsigned(batch.batch), unsigned(cache.num_kv_heads));
-  detail::append_kernel<Cfg><<<grid, detail::kAppendThreads, 0, stream>>>(cache, batch, max_new_tokens, flags);
-  return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
+  return detail::launch(detail::append_kernel<Cfg>, grid, dim3(detail::kAppendThreads), 0, stream, cache, batch, max_new_tokens,
+                        flags);
 }
 
 #define KVQ_INSTANTIATE_APPEND(Cfg)                                                                        \

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kvq/cache/rollback.hpp"
+#include "kvq/core/launch.cuh"
 #include "kvq/core/status.hpp"
 
 KVQ_NAMESPACE_BEGIN
@@ -39,8 +40,8 @@ inline Status rollback(int32_t* len, const int32_t* cold, const int32_t* new_len
   if (batch < 0) return Status::kInvalidShape;
   if (batch == 0) return Status::kSuccess;
   if (!len || !cold || !new_len || !flags) return Status::kNullPointer;
-  detail::rollback_kernel<<<unsigned((batch + 127) / 128), 128, 0, stream>>>(len, cold, new_len, batch, flags);
-  return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
+  return detail::launch(detail::rollback_kernel<>, dim3(unsigned((batch + 127) / 128)), dim3(128), 0, stream, len, cold, new_len,
+                        batch, flags);
 }
 
 KVQ_NAMESPACE_END

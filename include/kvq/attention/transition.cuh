@@ -16,6 +16,7 @@
 #include "kvq/append/page_encoder.cuh"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/core/dependent_launch.cuh"
+#include "kvq/core/launch.cuh"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -41,10 +42,10 @@ __global__ void __launch_bounds__(256) KVQ_HIDDEN
 }
 
 template <class Cfg>
-void launch_transition(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
-                       int transition_pages, uint8_t* transition, cudaStream_t stream, int32_t* clear_status = nullptr) {
-  transition_kernel<Cfg><<<dim3(unsigned(transition_pages), unsigned(a.batch), unsigned(v.num_kv_heads)), 256, 0, stream>>>(
-      v, a, transition_pages, transition, clear_status);
+Status launch_transition(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a,
+                         int transition_pages, uint8_t* transition, cudaStream_t stream, int32_t* clear_status = nullptr) {
+  return launch(transition_kernel<Cfg>, dim3(unsigned(transition_pages), unsigned(a.batch), unsigned(v.num_kv_heads)), dim3(256),
+                0, stream, v, a, transition_pages, transition, clear_status);
 }
 
 }  // namespace detail

@@ -143,7 +143,9 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   if (plan.rows_per_cta != detail::planned_rows_per_cta<Cfg>(plan.shape)) return Status::kConfigMismatch;
   const int row_tiles8 = (group * plan.shape.max_q_len + kDecodeRowsPerCta - 1) / kDecodeRowsPerCta;
   const unsigned nb = unsigned(batch.batch);
-  detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream, ws.status);  // clears ws.status
+  const Status transition = detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, ws.transition, stream,
+                                                           ws.status);  // clears ws.status
+  if (transition != Status::kSuccess) return transition;
   constexpr bool records_path = detail::RecordTile<Cfg>::supported;
   if constexpr (records_path) {
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;
@@ -153,22 +155,25 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
     });
     if (launched != Status::kSuccess) return launched;
     if (plan.tail_ctas > 0) {  // beside the records kernel: its dependent launch (plan.hpp, tail_kernel.cuh)
-      if (detail::launch_dependent(detail::decode_tail_kernel<Cfg>, plan.dependent_launches != 0, dim3(unsigned(plan.tail_ctas)),
-                                   dim3(detail::kDecodeWarps * 32), 0, stream, cache, batch, plan, ws, flags) != cudaSuccess)
+      if (!detail::cuda_ok(detail::launch_dependent(detail::decode_tail_kernel<Cfg>, plan.dependent_launches != 0,
+                                                    dim3(unsigned(plan.tail_ctas)), dim3(detail::kDecodeWarps * 32), 0, stream, cache,
+                                                    batch, plan, ws, flags)))
         return Status::kCudaError;
     } else {
-      detail::decode_tail_kernel<Cfg><<<dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
-                                        detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
+      const Status tail = detail::launch(detail::decode_tail_kernel<Cfg>,
+                                         dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
+                                         dim3(detail::kDecodeWarps * 32), 0, stream, cache, batch, plan, ws, flags);
+      if (tail != Status::kSuccess) return tail;
     }
   } else {
-    detail::decode_elementwise_kernel<Cfg><<<dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles8)),
-                                             detail::kDecodeWarps * 32, 0, stream>>>(cache, batch, plan, ws, flags);
+    const Status split = detail::launch(detail::decode_elementwise_kernel<Cfg>,
+                                        dim3(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles8)),
+                                        dim3(detail::kDecodeWarps * 32), 0, stream, cache, batch, plan, ws, flags);
+    if (split != Status::kSuccess) return split;
   }
-  if (detail::launch_dependent(detail::decode_merge_kernel<Cfg>, plan.dependent_launches != 0,
-                               dim3(unsigned(plan.shape.max_q_len), nb, unsigned(batch.num_q_heads)), dim3(detail::kMergeThreads),
-                               0, stream, batch, plan, ws, out, records_path) != cudaSuccess)
-    return Status::kCudaError;
-  return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
+  return detail::cuda_status(detail::launch_dependent(detail::decode_merge_kernel<Cfg>, plan.dependent_launches != 0,
+                                                      dim3(unsigned(plan.shape.max_q_len), nb, unsigned(batch.num_q_heads)),
+                                                      dim3(detail::kMergeThreads), 0, stream, batch, plan, ws, out, records_path));
 }
 
 template <class Cfg>
@@ -176,7 +181,7 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
   // Every kernel of the configuration is compiled for the same architectures: the merge kernel's
   // attributes decide for the chain (core/dependent_launch.cuh).
   cudaFuncAttributes merge{};
-  if (cudaFuncGetAttributes(&merge, detail::decode_merge_kernel<Cfg>) != cudaSuccess) return Status::kCudaError;
+  if (!detail::cuda_ok(cudaFuncGetAttributes(&merge, detail::decode_merge_kernel<Cfg>))) return Status::kCudaError;
   const bool chained = detail::dependent_launch_supported(merge);
   int ctas_per_sm = 4, tails_per_slot = 0;
   constexpr bool many_rows = detail::has_many_rows_kernel<Cfg>();
@@ -196,10 +201,10 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
       if (chained) {
         cudaFuncAttributes tail{};
         int dev = 0, reserved = 0, sm_smem = 0, sm_regs = 0;
-        if (cudaFuncGetAttributes(&tail, detail::decode_tail_kernel<Cfg>) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sm_regs, cudaDevAttrMaxRegistersPerMultiprocessor, dev) != cudaSuccess)
+        if (!detail::cuda_ok(cudaFuncGetAttributes(&tail, detail::decode_tail_kernel<Cfg>)) || !detail::cuda_ok(cudaGetDevice(&dev)) ||
+            !detail::cuda_ok(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev)) ||
+            !detail::cuda_ok(cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev)) ||
+            !detail::cuda_ok(cudaDeviceGetAttribute(&sm_regs, cudaDevAttrMaxRegistersPerMultiprocessor, dev)))
           return Status::kCudaError;
         const auto warp_regs = [](int per_thread) { return (per_thread * 32 + 255) / 256 * 256; };
         const int held = ctas_per_sm > 1 ? ctas_per_sm - 1 : 0;

@@ -16,6 +16,7 @@
 #include "kvq/attention/token_source.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/core/dependent_launch.cuh"
+#include "kvq/core/launch.cuh"
 #include "kvq/core/status.hpp"
 #include "kvq/decode/plan.hpp"
 
@@ -116,9 +117,9 @@ __device__ inline void combine_warps_and_store(const float* red_o, const float* 
 template <class Kernel>
 Status split_kernel_occupancy(Kernel kernel, size_t bytes, int* ctas_per_sm, int* regs, size_t* smem) {
   cudaFuncAttributes attr{};
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, kDecodeWarps * 32, bytes) != cudaSuccess ||
-      cudaFuncGetAttributes(&attr, kernel) != cudaSuccess)
+  if (!cuda_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes))) ||
+      !cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, kDecodeWarps * 32, bytes)) ||
+      !cuda_ok(cudaFuncGetAttributes(&attr, kernel)))
     return Status::kCudaError;
   *regs = attr.numRegs;
   *smem = attr.sharedSizeBytes + bytes;
@@ -130,12 +131,9 @@ Status split_kernel_occupancy(Kernel kernel, size_t bytes, int* ctas_per_sm, int
 template <class Kernel, class T>
 Status launch_split_kernel(Kernel kernel, size_t bytes, dim3 grid, cudaStream_t stream, const CacheView<T>& v,
                            const AttentionBatch<T>& a, const DecodePlan& plan, const DecodeWorkspace& ws, uint32_t* flags) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) != cudaSuccess)
-    return Status::kCudaError;
-  return launch_dependent(kernel, plan.dependent_launches != 0, grid, dim3(kDecodeWarps * 32), bytes, stream, v, a, plan, ws,
-                          flags) == cudaSuccess
-             ? Status::kSuccess
-             : Status::kCudaError;
+  if (!cuda_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)))) return Status::kCudaError;
+  return cuda_status(launch_dependent(kernel, plan.dependent_launches != 0, grid, dim3(kDecodeWarps * 32), bytes, stream, v, a,
+                                      plan, ws, flags));
 }
 
 // ---- shared by the element-wise kernels (tail_kernel.cuh, decode_impl.cuh) ----

@@ -20,6 +20,7 @@
 #include "kvq/attention/pages_valid.cuh"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/core/batch_rows.hpp"
+#include "kvq/core/launch.cuh"
 #include "kvq/dequant/dequantize.hpp"
 #include "kvq/quant/chunk_decode.hpp"
 
@@ -211,8 +212,7 @@ Status dequantize(const CacheView<typename Cfg::dtype>& cache, const SeqLengths&
   const bool strided = pages > detail::kDequantMaxPageCtas;
   const dim3 grid(unsigned(strided ? detail::kDequantMaxPageCtas : pages), unsigned(batch), unsigned(cache.num_kv_heads));
   auto* kernel = strided ? detail::dequantize_strided_kernel<Cfg> : detail::dequantize_kernel<Cfg>;
-  kernel<<<grid, detail::kDequantThreads, 0, stream>>>(cache, lengths, cu_out, max_len, k_out, v_out, flags);
-  return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
+  return detail::launch(kernel, grid, dim3(detail::kDequantThreads), 0, stream, cache, lengths, cu_out, max_len, k_out, v_out, flags);
 }
 
 #define KVQ_INSTANTIATE_DEQUANTIZE(Cfg)                                                                         \

@@ -16,6 +16,7 @@
 
 #include "kvq/attention/run_checks.hpp"
 #include "kvq/attention/transition.cuh"
+#include "kvq/core/launch.cuh"
 #include "kvq/prefill/prefill.hpp"
 #include "kvq/prefill/prefill_kernel.cuh"
 #include "kvq/prefill/prefill_wgmma_kernel.cuh"
@@ -38,15 +39,11 @@ Status launch_prefill_kernel(void (*kernel)(CacheView<T>, AttentionBatch<T>, Pre
                              int threads, size_t smem, const CacheView<T>& cache, const AttentionBatch<T>& batch,
                              const PrefillPlan& plan, uint8_t* transition, T* out, uint32_t* flags, cudaStream_t stream,
                              bool pairs = false) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
-    return Status::kCudaError;
+  if (!cuda_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)))) return Status::kCudaError;
   const int64_t row_tiles = pairs ? prefill_paired_grid_tiles(plan.row_tiles) : int64_t(plan.row_tiles);
   if (row_tiles > INT32_MAX) return Status::kInvalidShape;  // the grid's x limit
   const dim3 grid(unsigned(row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads));
-  if (!pairs) {
-    kernel<<<grid, threads, smem, stream>>>(cache, batch, plan, transition, out, flags);
-    return Status::kSuccess;
-  }
+  if (!pairs) return launch(kernel, grid, dim3(unsigned(threads)), smem, stream, cache, batch, plan, transition, out, flags);
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(unsigned(threads));
@@ -59,8 +56,7 @@ Status launch_prefill_kernel(void (*kernel)(CacheView<T>, AttentionBatch<T>, Pre
   cluster[0].val.clusterDim.z = 1;
   config.attrs = cluster;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, cache, batch, plan, transition, out, flags) == cudaSuccess ? Status::kSuccess
-                                                                                                    : Status::kCudaError;
+  return cuda_status(cudaLaunchKernelEx(&config, kernel, cache, batch, plan, transition, out, flags));
 }
 
 // Whether this binary has the wgmma kernel of Cfg and the current device runs it.
@@ -121,8 +117,9 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
     return Status::kInvalidShape;  // 16-byte copies of rows
   if (batch.batch == 0 || plan.row_tiles == 0) return Status::kSuccess;
   uint8_t* transition = static_cast<uint8_t*>(workspace) + plan.transition_offset;
-  detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, transition, stream);
-  Status launched = Status::kInvalidShape;
+  Status launched = detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, transition, stream);
+  if (launched != Status::kSuccess) return launched;
+  launched = Status::kInvalidShape;
   if (plan.kernel == PrefillKernel::kWgmma || plan.kernel == PrefillKernel::kWgmmaWs) {
     // A plan for the wgmma kernel comes from a binary and device that have it (plan_prefill<Cfg>);
     // a binary without it refuses the plan instead of running something else.
@@ -163,8 +160,7 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
       launched = detail::launch_prefill_kernel(detail::prefill_kernel<Cfg, kPrefillRowsLarge>, detail::kPrefillWarps * 32,
                                                 detail::PrefillSmem<Cfg, kPrefillRowsLarge>::bytes, cache, batch, plan, transition,
                                                 out, flags, stream);
-  if (launched != Status::kSuccess) return launched;
-  return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kCudaError;
+  return launched;
 }
 
 #define KVQ_INSTANTIATE_PREFILL(Cfg)                                                                              \

@@ -26,14 +26,18 @@ float cached_value(const CacheView<typename Cfg::dtype>& v, int b, int64_t cold,
   return ring[hot_offset(v.hot_slot[b], ring_row(t, window), h, window, v.num_kv_heads, D) + c].to_float();
 }
 
-// k_out, v_out: [len][num_kv_heads][head_dim] in the model dtype (cold tokens rounded to it).
+// Sequence b of a batch of `batch` sequences (the rows of v.block_table and v.hot_slot), holding
+// `len` tokens of which `cold` are cold. k_out, v_out: [len][num_kv_heads][head_dim] in the model
+// dtype (cold tokens rounded to it, fp16 saturating at +-65504: numeric/dtype.hpp).
+// kInvalidShape when b is outside [0, batch); nothing is written on any error.
 template <class Cfg>
-Status dequantize_sequence(const CacheView<typename Cfg::dtype>& v, int b, int64_t len, int64_t cold,
+Status dequantize_sequence(const CacheView<typename Cfg::dtype>& v, int batch, int b, int64_t len, int64_t cold,
                            typename Cfg::dtype* k_out, typename Cfg::dtype* v_out) {
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page;
   Status st = check_view(v, P);
   if (st != Status::kSuccess) return st;
+  if (b < 0 || b >= batch) return Status::kInvalidShape;  // would read past hot_slot / the block table
   if (!k_out || !v_out) return Status::kNullPointer;
   st = check_lengths(len, cold, 0, v.residual, P, v.max_pages_per_seq);
   if (st != Status::kSuccess) return st;

@@ -2,12 +2,14 @@
 // fallback, the examples and the tests (an engine normally owns these buffers itself).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <vector>
 
 #include "kvq/cache/rollback.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
+#include "kvq/core/status.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace reference {
@@ -18,25 +20,56 @@ class HostCache {
   using T = typename Cfg::dtype;
   static constexpr uint8_t kPoolFill = 0xA5;  // what a fresh pool holds (never a valid page by accident)
 
+  // Arguments a cache cannot have (checked first; nothing is allocated then): kInvalidShape for a
+  // KV-head count outside [1, 65535], slots < 1, pages outside [0, 2^31] (page ids are int32),
+  // a negative table width or batch, or buffers larger than a std::vector holds; kConfigMismatch
+  // for a residual R that is negative or not a multiple of the page size.
+  static Status check(int num_kv_heads, int64_t num_pages, int num_slots, int residual, int max_pages_per_seq,
+                      int batch) {
+    if (num_kv_heads <= 0 || num_kv_heads > 65535 || num_slots <= 0 || num_pages < 0 || num_pages > int64_t(INT32_MAX) + 1 ||
+        max_pages_per_seq < 0 || batch < 0)
+      return Status::kInvalidShape;
+    if (residual < 0 || residual % Cfg::page != 0 || INT32_MAX - Cfg::page < residual) return Status::kConfigMismatch;
+    const uint64_t window_elems = uint64_t(residual + Cfg::page) * uint64_t(num_kv_heads) * uint64_t(Cfg::head_dim);
+    const uint64_t cold_bytes = uint64_t(num_kv_heads) * Cfg::record_bytes;  // per page
+    if (uint64_t(num_pages) > std::vector<uint8_t>().max_size() / cold_bytes ||
+        uint64_t(num_slots) > std::vector<T>().max_size() / window_elems ||
+        uint64_t(batch) * uint64_t(max_pages_per_seq) > std::vector<int32_t>().max_size())
+      return Status::kInvalidShape;
+    return Status::kSuccess;
+  }
+
+  // Use status() (or check() beforehand): a cache built from arguments check() rejects holds no
+  // buffers, its view() is all null (every entry point then returns kNullPointer) and reserve /
+  // commit / rollback / release refuse every sequence. The constructor never throws for bad
+  // arguments (only std::bad_alloc when valid sizes exceed the host's memory).
   HostCache(int num_kv_heads, int64_t num_pages, int num_slots, int residual, int max_pages_per_seq, int batch)
-      : cold(size_t(num_pages) * size_t(num_kv_heads) * Cfg::record_bytes, kPoolFill),
-        hot_k(size_t(num_slots) * size_t(residual + Cfg::page) * size_t(num_kv_heads) * Cfg::head_dim),
-        hot_v(hot_k.size()),
-        block_table(size_t(batch) * size_t(max_pages_per_seq), -1),
-        hot_slot(size_t(batch)),
-        len(size_t(batch), 0),
-        cold_len(size_t(batch), 0),
-        num_kv_heads_(num_kv_heads),
-        num_pages_(num_pages),
-        num_slots_(num_slots),
-        residual_(residual),
-        max_pages_(max_pages_per_seq) {
+      : status_(check(num_kv_heads, num_pages, num_slots, residual, max_pages_per_seq, batch)) {
+    if (status_ != Status::kSuccess) return;
+    cold.assign(size_t(num_pages) * size_t(num_kv_heads) * Cfg::record_bytes, kPoolFill);
+    hot_k.resize(size_t(num_slots) * size_t(residual + Cfg::page) * size_t(num_kv_heads) * Cfg::head_dim);
+    hot_v.resize(hot_k.size());
+    block_table.assign(size_t(batch) * size_t(max_pages_per_seq), -1);
+    hot_slot.resize(size_t(batch));
+    len.assign(size_t(batch), 0);
+    cold_len.assign(size_t(batch), 0);
+    num_kv_heads_ = num_kv_heads;
+    num_pages_ = num_pages;
+    num_slots_ = num_slots;
+    residual_ = residual;
+    max_pages_ = max_pages_per_seq;
     for (int b = 0; b < batch; ++b) hot_slot[size_t(b)] = b % num_slots;
     for (int64_t p = num_pages - 1; p >= 0; --p) free_pages_.push_back(int32_t(p));
   }
 
+  // kSuccess, or why the constructor's arguments were refused (check()).
+  Status status() const { return status_; }
+  // Sequences of the batch (0 for a refused cache).
+  int batch() const { return int(len.size()); }
+
   CacheView<T> view() {
     CacheView<T> v;
+    if (status_ != Status::kSuccess) return v;  // all null
     v.cold = cold.data();
     v.num_pages = num_pages_;
     v.hot_k = hot_k.data();
@@ -52,8 +85,10 @@ class HostCache {
   SeqLengths lengths() const { return SeqLengths{len.data(), cold_len.data()}; }
 
   // Fills sequence b's block-table entries for the pages an append of num_new tokens turns cold.
-  // Returns false when the pool or the block-table row is exhausted.
+  // Returns false when the pool or the block-table row is exhausted (or b is not a sequence of the
+  // batch, num_new < 0).
   bool reserve(int b, int64_t num_new) {
+    if (!has(b) || num_new < 0) return false;
     const int64_t have = cold_len[size_t(b)] / Cfg::page;
     const int64_t need = cold_after(len[size_t(b)] + num_new, cold_len[size_t(b)], residual_, Cfg::page) / Cfg::page;
     if (need > max_pages_) return false;
@@ -67,16 +102,19 @@ class HostCache {
     return true;
   }
 
-  // Records the lengths after a successful append of num_new tokens to sequence b.
-  void commit(int b, int64_t num_new) {
+  // Records the lengths after a successful append of num_new tokens to sequence b. false (nothing
+  // changes) when b is not a sequence of the batch or num_new < 0.
+  bool commit(int b, int64_t num_new) {
+    if (!has(b) || num_new < 0) return false;
     cold_len[size_t(b)] = int32_t(cold_after(len[size_t(b)] + num_new, cold_len[size_t(b)], residual_, Cfg::page));
     len[size_t(b)] += int32_t(num_new);
+    return true;
   }
 
   // Speculative-decoding rollback (kvq/cache/rollback.hpp): O(1), nothing moves. Fails (false)
-  // below the cold length or above the length.
+  // below the cold length or above the length, or for a b outside the batch.
   bool rollback(int b, int64_t new_len) {
-    if (check_rollback(len[size_t(b)], cold_len[size_t(b)], new_len) != Status::kSuccess) return false;
+    if (!has(b) || check_rollback(len[size_t(b)], cold_len[size_t(b)], new_len) != Status::kSuccess) return false;
     len[size_t(b)] = int32_t(new_len);
     return true;
   }
@@ -84,7 +122,9 @@ class HostCache {
   // Ends sequence b: its cold pages go back to the pool (their bytes stay until reused), its
   // block-table row is cleared and its lengths become 0, so the batch slot can start a new
   // sequence. Pages reserved past the cold length (reserve() without an append) are returned too.
-  void release(int b) {
+  // false (nothing changes) for a b outside the batch.
+  bool release(int b) {
+    if (!has(b)) return false;
     int32_t* row = block_table.data() + size_t(b) * size_t(max_pages_);
     for (int p = max_pages_ - 1; p >= 0; --p)
       if (row[p] >= 0) {
@@ -93,6 +133,7 @@ class HostCache {
       }
     len[size_t(b)] = 0;
     cold_len[size_t(b)] = 0;
+    return true;
   }
 
   // Pages the pool can still hand out.
@@ -103,9 +144,12 @@ class HostCache {
   std::vector<int32_t> block_table, hot_slot, len, cold_len;
 
  private:
-  int num_kv_heads_;
-  int64_t num_pages_;
-  int num_slots_, residual_, max_pages_;
+  bool has(int b) const { return b >= 0 && b < batch(); }
+
+  Status status_ = Status::kSuccess;
+  int num_kv_heads_ = 0;
+  int64_t num_pages_ = 0;
+  int num_slots_ = 0, residual_ = 0, max_pages_ = 0;
   std::vector<int32_t> free_pages_;
 };
 
