@@ -434,7 +434,7 @@ int main() {
     std::printf("GPU append: skipped (no GPU)\n");
   } else {
 #if defined(KVQ_EXAMPLE_HAVE_CUDA)
-    std::printf("GPU append on %s, through kvq_engine_instance (runtime key -> kvq::dispatch):\n", device.c_str());
+    std::printf("GPU append on %s, through kvq_engine_instance (runtime key -> kvq::Handle):\n", device.c_str());
     uint64_t mismatches = 0;
     int compared = 0;
     for (int i = 0; i < kFormats; ++i) {

@@ -1,7 +1,8 @@
 // examples/quickstart_gpu.cpp - replay the quickstart's appends on the GPU (see quickstart_gpu.hpp).
 //
 // A C++ file compiled by the host compiler and linked with the CUDA runtime: the kernels live in
-// kvq_engine_instance and are reached through engine::engine_append, as an engine would.
+// kvq_engine_instance and are reached through a kvq::Handle from engine::make_handle (the
+// kvq_instances.hpp that kvq_add_instances generated), as an engine would.
 #include "quickstart_gpu.hpp"
 
 #include <cuda_runtime.h>
@@ -63,14 +64,15 @@ int gpu_count(std::string* name) {
 
 GpuOutcome gpu_replay(const Replay& r) {
   GpuOutcome out;
-  if (!engine::engine_supports(r.key)) {
+  kvq::Handle handle;
+  if (!engine::supports(r.key)) {
     // Ask anyway, to show what an engine gets for a format it did not compile.
-    engine::LayerCache none;
-    engine::AppendArgs nothing;
-    out.status = engine::engine_append(r.key, none, nothing, 0, nullptr, nullptr);
+    out.status = engine::make_handle(r.key, &handle);
     out.instantiated = false;
     return out;
   }
+  out.status = engine::make_handle(r.key, &handle);
+  if (out.status != kvq::Status::kSuccess) return out;
   cudaError_t err = cudaSuccess;
   auto cuda = [&](cudaError_t e) {
     if (err == cudaSuccess && e != cudaSuccess) err = e;
@@ -116,8 +118,8 @@ GpuOutcome gpu_replay(const Replay& r) {
   cuda(cudaMemcpyAsync(table.get(), r.block_table->data(), bytes_of(*r.block_table), cudaMemcpyHostToDevice, stream));
   cuda(cudaMemcpyAsync(slots.get(), r.hot_slot->data(), bytes_of(*r.hot_slot), cudaMemcpyHostToDevice, stream));
 
-  engine::LayerCache cache;
-  cache.cold = cold.get();
+  kvq::CacheView<void> cache;  // the model dtype is the handle's (bf16 here)
+  cache.cold = cold.get<uint8_t>();
   cache.num_pages = r.num_pages;
   cache.hot_k = hot_k.get();
   cache.hot_v = hot_v.get();
@@ -128,7 +130,7 @@ GpuOutcome gpu_replay(const Replay& r) {
   cache.max_pages_per_seq = r.max_pages_per_seq;
   cache.hot_slot = slots.get<int32_t>();
 
-  engine::AppendArgs args;
+  kvq::AppendBatch<void> args;
   args.batch = r.batch;
   args.lengths = kvq::SeqLengths{len.get<int32_t>(), cold_len.get<int32_t>()};
   args.cu_new = cu_new.get<int32_t>();
@@ -147,7 +149,7 @@ GpuOutcome gpu_replay(const Replay& r) {
     cuda(cudaMemcpyAsync(new_k.get(), s.new_k, tokens * row_bytes, cudaMemcpyHostToDevice, stream));
     cuda(cudaMemcpyAsync(new_v.get(), s.new_v, tokens * row_bytes, cudaMemcpyHostToDevice, stream));
     if (err != cudaSuccess) return fail(kvq::Status::kCudaError);
-    const kvq::Status st = engine::engine_append(r.key, cache, args, s.max_new, flags.get<uint32_t>(), stream);
+    const kvq::Status st = handle.append(cache, args, s.max_new, flags.get<uint32_t>(), stream);
     if (st != kvq::Status::kSuccess) {
       if (st == kvq::Status::kCudaError) err = static_cast<cudaError_t>(kvq::last_cuda_error());
       return fail(st);

@@ -2,7 +2,7 @@
 //
 // quickstart.cpp runs everything on the host reference; where the build has CUDA
 // (KVQ_EXAMPLE_HAVE_CUDA) and a GPU is present at run time it hands the same appends to
-// quickstart_gpu.cpp, which replays them through kvq_engine_instance (runtime key -> dispatcher ->
+// quickstart_gpu.cpp, which replays them through kvq_engine_instance (runtime key -> kvq::Handle ->
 // kvq::append<Cfg>) and compares the device cache with the host's byte for byte.
 // Plain C++: no CUDA header, so quickstart.cpp builds with the host compiler alone.
 #pragma once

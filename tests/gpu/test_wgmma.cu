@@ -11,6 +11,10 @@
 
 #include "gpu_util.cuh"
 
+// This translation unit's wgmma probe (kvq::detail::wgmma_available); not in the anonymous
+// namespace: a kernel of internal linkage cannot have kvq's hidden visibility.
+struct WgmmaTestTag {};
+
 namespace {
 
 using kvq::bf16;
@@ -136,7 +140,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("wgmma primitives: swizzled panels, descriptors and fragment layouts (sm_90a)") {
     int dev = 0;
     KVQ_CUDA_CHECK(cudaGetDevice(&dev));
-    if (!kvq::detail::wgmma_available(dev)) {
+    if (!kvq::detail::wgmma_available<WgmmaTestTag>(dev)) {
       MESSAGE("wgmma path not built for this GPU (needs an sm_90a build and a compute capability 9.0 GPU): skipped");
       return;
     }

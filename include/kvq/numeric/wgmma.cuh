@@ -29,7 +29,7 @@
 #include "kvq/numeric/dtype.hpp"
 
 // wgmma exists only in the architecture-specific sm_90a target; other targets compile the
-// wrappers to nothing and the host never selects a kernel that uses them (prefill_impl.cuh).
+// wrappers to nothing and the host never selects a kernel that uses them (wgmma_available).
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KVQ_WGMMA_DEVICE 1
 #else
@@ -39,20 +39,47 @@
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
-// Whether this build carries the wgmma kernels (KVQ_ENABLE_WGMMA: the CMake build defines it when
-// sm_90a is among the CUDA architectures; a consumer that compiles for sm_90a defines it too) and
-// device `dev` can run them (compute capability 9.0).
-inline bool wgmma_available(int dev) {
-#if defined(KVQ_ENABLE_WGMMA)
+// The host compiler cannot see which device targets a translation unit was compiled for (nvcc's
+// host pass has no __CUDA_ARCH_FEAT_SM90_ALL, and __CUDA_ARCH_LIST__ spells sm_90 and sm_90a
+// alike), so the wgmma kernels are always compiled, and which code the CUDA runtime loaded for the
+// device is asked at run time: this kernel, never launched, holds kWgmmaProbeWords words of static
+// shared memory in its sm_90a code and none in any other (sm_80, sm_90, compute_90 PTX), and
+// cudaFuncGetAttributes reports the size of the code the device runs. Tag: a type of the
+// caller's translation unit (the configuration whose kernels it compiles; of external linkage),
+// so that the probe lives in the same module, hence the same loaded code, as the kernels it
+// speaks for.
+constexpr int kWgmmaProbeWords = 8;
+template <class Tag>
+__global__ void KVQ_HIDDEN wgmma_probe_kernel(uint32_t* out) {
+#if KVQ_WGMMA_DEVICE
+  __shared__ uint32_t marker[kWgmmaProbeWords];
+  volatile uint32_t* m = marker;  // volatile: the marker is kept in the code
+  m[threadIdx.x % kWgmmaProbeWords] = threadIdx.x;
+  __syncthreads();
+  out[threadIdx.x] = m[(threadIdx.x + 1) % kWgmmaProbeWords];
+#else
+  (void)out;
+#endif
+}
+
+// Whether device `dev` has compute capability 9.0 and the code the runtime loaded on the current
+// device for Tag's translation unit is sm_90a code: then the wgmma kernels compiled beside the
+// probe are real (a build for sm_90 only, or for sm_80 plus compute_90 PTX, has them as stubs).
+// No launch, no synchronisation. An error of the attribute query (no code for this device) is not
+// left behind for cudaGetLastError unless an earlier one was already pending.
+template <class Tag>
+bool wgmma_available(int dev) {
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess || major != 9 || minor != 0)
     return false;
-  return major == 9 && minor == 0;
-#else
-  (void)dev;
-  return false;
-#endif
+  const cudaError_t pending = cudaPeekAtLastError();
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, wgmma_probe_kernel<Tag>) != cudaSuccess) {
+    if (pending == cudaSuccess) (void)cudaGetLastError();
+    return false;
+  }
+  return attr.sharedSizeBytes >= sizeof(uint32_t) * kWgmmaProbeWords;
 }
 
 // 16-byte chunk index of (row, chunk) in a swizzled panel matrix of `rows` rows (see above).

@@ -59,14 +59,15 @@ Status launch_prefill_kernel(void (*kernel)(CacheView<T>, AttentionBatch<T>, Pre
   return cuda_status(cudaLaunchKernelEx(&config, kernel, cache, batch, plan, transition, out, flags));
 }
 
-// Whether this binary has the wgmma kernel of Cfg and the current device runs it.
+// Whether the current device runs the wgmma kernels of Cfg from this binary: a compute
+// capability 9.0 GPU and sm_90a code loaded for Cfg's translation unit (numeric/wgmma.cuh).
 template <class Cfg>
 bool prefill_wgmma_available() {
   if constexpr (Cfg::head_dim > 128) {
     return false;
   } else {
     int dev = 0;
-    return cudaGetDevice(&dev) == cudaSuccess && wgmma_available(dev);
+    return cudaGetDevice(&dev) == cudaSuccess && wgmma_available<Cfg>(dev);
   }
 }
 }  // namespace detail
@@ -121,9 +122,7 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
   if (launched != Status::kSuccess) return launched;
   launched = Status::kInvalidShape;
   if (plan.kernel == PrefillKernel::kWgmma || plan.kernel == PrefillKernel::kWgmmaWs) {
-    // A plan for the wgmma kernel comes from a binary and device that have it (plan_prefill<Cfg>);
-    // a binary without it refuses the plan instead of running something else.
-#if defined(KVQ_ENABLE_WGMMA)
+    // A plan for the wgmma kernel comes from a binary and device that have it (plan_prefill<Cfg>).
     if constexpr (Cfg::head_dim <= 128) {
       if (plan.kernel == PrefillKernel::kWgmmaWs) {
         auto launch_ws = [&](auto bn) {  // the warp-specialized kernel with tiles of bn tokens
@@ -148,9 +147,6 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
     } else {
       launched = Status::kNotInstantiated;
     }
-#else
-    launched = Status::kNotInstantiated;
-#endif
   } else if (plan.kernel == PrefillKernel::kMmaSync && plan.rows_per_cta == kPrefillRowsSmall)
     launched = detail::launch_prefill_kernel(detail::prefill_kernel<Cfg, kPrefillRowsSmall>, detail::kPrefillWarps * 32,
                                               detail::PrefillSmem<Cfg, kPrefillRowsSmall>::bytes, cache, batch, plan, transition,
