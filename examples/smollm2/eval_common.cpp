@@ -11,7 +11,8 @@ std::string format_label(const CacheSpec& spec) { return spec.residual == 0 ? sp
 // The technique set in one CSV field: "base" for kvq's scheme as is, else the ablation's and the
 // rotation's options joined with '+' (e.g. "rotate+sinks=4").
 std::string variant_label(const CacheSpec& spec) {
-  std::string v = (spec.rotate ? " rotate" : "") + describe(spec.ablation);
+  std::string v = std::string(spec.rotate ? " rotate" : "") + (spec.sinks ? " sinks=" + std::to_string(spec.sinks) : "") +
+                  (spec.key_clip == kvq::KeyClip::kMse ? " kclip=mse" : "") + describe(spec.ablation);
   if (v.empty()) return "base";
   for (char& c : v)
     if (c == ' ') c = '+';

@@ -32,6 +32,8 @@ struct CacheSpec {
   int residual = 128;           // R: hot window beyond the newest page, a multiple of the page
   int page = 64;                // P: 16, 32 or 64
   AttentionPath path = AttentionPath::kDecode;
+  int sinks = 0;                                        // kvq attention sinks (cache/view.hpp)
+  kvq::KeyClip key_clip = kvq::KeyClip::kMinMax;        // kvq's key-group range rule
   // Accuracy experiments (ablation.hpp; CPU decode path only) and the Hadamard rotation of q/k/v
   // and the attention output (model.cpp; both backends).
   Ablation ablation;

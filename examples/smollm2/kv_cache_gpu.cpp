@@ -31,6 +31,9 @@ class GpuKvCacheImpl final : public GpuKvCache {
       L.cold = DeviceBuffer<uint8_t>(std::max<size_t>(pages * size_t(kv_heads) * ops.record_bytes, 16));
       L.hot_k = DeviceBuffer<kvq::bf16>(ring);
       L.hot_v = DeviceBuffer<kvq::bf16>(ring);
+      const size_t sink = std::max<size_t>(size_t(max_seqs) * size_t(spec.sinks) * size_t(kv_heads) * kD, 8);
+      L.sink_k = DeviceBuffer<kvq::bf16>(sink);
+      L.sink_v = DeviceBuffer<kvq::bf16>(sink);
       layers_.push_back(std::move(L));
     }
     // Sequence s owns pages [s * pages_per_seq, (s + 1) * pages_per_seq) and ring slot s.
@@ -99,6 +102,10 @@ class GpuKvCacheImpl final : public GpuKvCache {
       view.block_table = block_table_.p + size_t(c.seq) * size_t(pages_per_seq_);
       view.max_pages_per_seq = pages_per_seq_;
       view.hot_slot = hot_slot_.p + c.seq;
+      view.sink_k = L.sink_k.p;
+      view.sink_v = L.sink_v.p;
+      view.sinks = spec_.sinks;
+      view.key_clip = spec_.key_clip;
 
       kvq::AppendBatch<kvq::bf16> ap;
       ap.batch = 1;
@@ -188,6 +195,7 @@ class GpuKvCacheImpl final : public GpuKvCache {
   struct Layer {
     DeviceBuffer<uint8_t> cold;
     DeviceBuffer<kvq::bf16> hot_k, hot_v;
+    DeviceBuffer<kvq::bf16> sink_k, sink_v;  // [sequences][sinks][kv heads][64] (kvq attention sinks)
   };
 
   // Decode plans for q_len 1..16 (one sequence, up to the capacity) and one workspace for every

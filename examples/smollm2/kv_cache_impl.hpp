@@ -23,6 +23,14 @@ class KvCacheImpl final : public KvCache {
         cap_(int64_t(pages_per_seq_) * P) {
     for (int l = 0; l < layers; ++l)
       layers_.emplace_back(kv_heads, int64_t(max_seqs) * pages_per_seq_, max_seqs, spec.residual, pages_per_seq_, max_seqs);
+    for (Host& c : layers_) {
+      const kvq::Status st = c.status() == kvq::Status::kSuccess ? c.set_encoding(spec.sinks, spec.key_clip) : c.status();
+      if (st != kvq::Status::kSuccess)
+        throw Error("kv cache: " + describe(spec) + ": " + kvq::to_string(st) +
+                    (spec.sinks ? " (sinks: 0 .. 16, below the page, quantized formats only)" : ""));
+    }
+    if (spec.sinks > 0 && Cfg::k_quant::kind == kvq::QuantKind::kNone && Cfg::v_quant::kind == kvq::QuantKind::kNone)
+      throw Error("kv cache: sinks apply to quantized formats only");
     if (!spec.ablation.is_default() && spec.path != AttentionPath::kDecode)
       throw Error("kv cache: the simulated variants (" + describe(spec.ablation) + " ) need --attention decode");
     if (spec.path == AttentionPath::kDecode) {
@@ -198,6 +206,14 @@ class KvCacheImpl final : public KvCache {
             m.kq_t[k_tile_index(p * P + t, d)] = kvq::decode_record_element<Cfg, kvq::Role::kKey>(rec, t, d);
             m.vq[size_t(p * P + t) * D + size_t(d)] = kvq::decode_record_element<Cfg, kvq::Role::kValue>(rec, t, d);
           }
+        // Sink tokens are never read from the record: the cache keeps them in sink_k / sink_v.
+        for (int t = 0; p == 0 && t < c.view().sinks; ++t) {
+          const size_t o = kvq::sink_offset(seq, t, h, c.view().sinks, kv_heads_, D);
+          for (int d = 0; d < D; ++d) {
+            m.kq_t[k_tile_index(t, d)] = c.sink_k[o + size_t(d)].to_float();
+            m.vq[size_t(t) * D + size_t(d)] = c.sink_v[o + size_t(d)].to_float();
+          }
+        }
         if (!spec_.ablation.is_default()) simulate(layer, m, p);
       }
     }

@@ -30,6 +30,8 @@ const char* kUsage =
     "  --page P                            page size 16, 32 or 64 (64)\n"
     "  --attention decode|reference        decode: what token-by-token decoding sees, at any chunk size\n"
     "                                      (default); reference: kvq::reference::attention per chunk\n"
+    "  --sinks S                           kvq attention sinks: the first S tokens stay unquantized (0..16)\n"
+    "  --key-clip minmax|mse               kvq's key-group range: min/max, or MSE-optimal clipping\n"
     "  --rotate on|off                     Hadamard rotation (random signs) of q/k/v per head before the cache,\n"
     "                                      undone on the attention output (both devices; default off)\n"
     "  accuracy experiments (CPU, --attention decode; docs/ACCURACY.md):\n"
@@ -82,7 +84,7 @@ struct Args {
 Args parse(int argc, char** argv) {
   static const char* known[] = {"model", "device", "format", "gk", "gv", "residual", "page", "attention", "threads", "max-context",
                                 "csv", "text", "window", "windows", "start", "chunk", "batch", "lengths", "depths",
-                                "trials", "seed", "prompt", "passage", "max-new", "rotate", "ablate-kv",
+                                "trials", "seed", "prompt", "passage", "max-new", "rotate", "sinks", "key-clip", "ablate-kv",
                                 "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis"};
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -117,6 +119,10 @@ int run(int argc, char** argv) {
   const std::string path = a.str("attention", "decode");
   if (path != "decode" && path != "reference") throw Error("--attention must be decode or reference");
   spec.path = path == "decode" ? AttentionPath::kDecode : AttentionPath::kReference;
+  spec.sinks = int(a.num("sinks", 0));
+  const std::string clip = a.str("key-clip", "minmax");
+  if (clip != "minmax" && clip != "mse") throw Error("--key-clip expects minmax or mse");
+  spec.key_clip = clip == "mse" ? kvq::KeyClip::kMse : kvq::KeyClip::kMinMax;
   const std::string rot = a.str("rotate", "off");
   if (rot != "on" && rot != "off") throw Error("--rotate expects on or off");
   spec.rotate = rot == "on";

@@ -39,6 +39,15 @@ __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
   const int64_t first = plan.cold_old / P, end = plan.cold_new / P;
   uint32_t f = 0;
   auto encode = [&](int64_t p) {
+    // Page 0's sink rows, kept in the model dtype. Read here, before the encoder's closing
+    // barrier, so before any ring write of this item.
+    constexpr int kVec = 16 / sizeof(T), kVecPerRow = D / kVec;
+    for (int i = tid; p == 0 && i < v.sinks * kVecPerRow; i += kAppendThreads) {
+      const int t = i / kVecPerRow, c = (i % kVecPerRow) * kVec;
+      const size_t dst = sink_offset(plan.slot, t, h, v.sinks, v.num_kv_heads, D) + c;
+      *reinterpret_cast<uint4*>(v.sink_k + dst) = *reinterpret_cast<const uint4*>(source_row(v, v.hot_k, a.new_k, plan, t, h, D, P) + c);
+      *reinterpret_cast<uint4*>(v.sink_v + dst) = *reinterpret_cast<const uint4*>(source_row(v, v.hot_v, a.new_v, plan, t, h, D, P) + c);
+    }
     const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
     encode_page_block<Cfg>(v, a.new_k, a.new_v, plan, p, h, v.cold + record_offset(page, h, v.num_kv_heads, Cfg::record_bytes),
                            sm, f);
@@ -72,13 +81,15 @@ template <class Cfg>
 Status append(const CacheView<typename Cfg::dtype>& cache, const AppendBatch<typename Cfg::dtype>& batch,
               int max_new_tokens, uint32_t* flags, cudaStream_t stream) {
   Status st = check_view(cache, Cfg::page);
+  if (st == Status::kSuccess) st = check_sinks<Cfg>(cache);
   if (st == Status::kSuccess) st = check_append_args(batch);
   if (st != Status::kSuccess) return st;
   if (!flags) return Status::kNullPointer;
   if (max_new_tokens < 0 || batch.batch > 65535 || cache.num_kv_heads > 65535) return Status::kInvalidShape;
   if (reinterpret_cast<uintptr_t>(cache.cold) % 16 || reinterpret_cast<uintptr_t>(cache.hot_k) % 16 ||
       reinterpret_cast<uintptr_t>(cache.hot_v) % 16 || reinterpret_cast<uintptr_t>(batch.new_k) % 16 ||
-      reinterpret_cast<uintptr_t>(batch.new_v) % 16)
+      reinterpret_cast<uintptr_t>(batch.new_v) % 16 || reinterpret_cast<uintptr_t>(cache.sink_k) % 16 ||
+      reinterpret_cast<uintptr_t>(cache.sink_v) % 16)
     return Status::kInvalidShape;  // records and rows are read and written 16 bytes at a time
   if (batch.batch == 0) return Status::kSuccess;
   const int row_pages = (cache.residual + Cfg::page) / Cfg::page;

@@ -20,7 +20,7 @@ struct PageEncoderSmem {
 };
 
 // Quantizes page p (tokens [p*P, (p+1)*P)) of head h of the sequence described by s, reading
-// rows from the ring / fresh_k / fresh_v (source_row), into `record`. Every thread of the block
+// rows from the ring / fresh_k / fresh_v (source_row; sink rows as encoder_token says), into `record`. Every thread of the block
 // calls it; it begins and ends with a barrier.
 template <class Cfg>
 __device__ void encode_page_block(const CacheView<typename Cfg::dtype>& v, const typename Cfg::dtype* fresh_k,
@@ -28,13 +28,14 @@ __device__ void encode_page_block(const CacheView<typename Cfg::dtype>& v, const
                                   uint8_t* record, PageEncoderSmem<Cfg>& sm, uint32_t& flags) {
   constexpr int D = Cfg::head_dim, P = Cfg::page;
   for (int t = threadIdx.x; t < P; t += blockDim.x) {
-    sm.rows_k[t] = source_row(v, v.hot_k, fresh_k, s, p * P + t, h, D, P);
-    sm.rows_v[t] = source_row(v, v.hot_v, fresh_v, s, p * P + t, h, D, P);
+    sm.rows_k[t] = source_row(v, v.hot_k, fresh_k, s, encoder_token(v, p * P + t), h, D, P);
+    sm.rows_v[t] = source_row(v, v.hot_v, fresh_v, s, encoder_token(v, p * P + t), h, D, P);
   }
   __syncthreads();
   auto row_k = [&](int t) { return sm.rows_k[t]; };
   auto row_v = [&](int t) { return sm.rows_v[t]; };
-  encode_record<Cfg>(row_k, row_v, record, sm.scratch, int(threadIdx.x), int(blockDim.x), [] { __syncthreads(); }, flags);
+  encode_record<Cfg>(row_k, row_v, record, sm.scratch, int(threadIdx.x), int(blockDim.x), [] { __syncthreads(); }, flags,
+                     v.key_clip);
 }
 
 }  // namespace detail

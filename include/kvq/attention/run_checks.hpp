@@ -32,6 +32,7 @@ Status check_attention_run(const CacheView<typename Cfg::dtype>& cache, const At
                            const PlannedAttention& plan, const void* workspace, size_t workspace_bytes, const void* out,
                            const uint32_t* flags) {
   Status st = check_view(cache, Cfg::page);
+  if (st == Status::kSuccess) st = check_sinks<Cfg>(cache);
   if (st == Status::kSuccess) st = check_attention_args(batch, cache.num_kv_heads);
   if (st != Status::kSuccess) return st;
   if (plan.head_dim != Cfg::head_dim || plan.page != Cfg::page || plan.record_bytes != Cfg::record_bytes ||

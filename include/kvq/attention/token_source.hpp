@@ -1,6 +1,8 @@
 // kvq/attention/token_source.hpp - where the attention reads token t's K and V from, per the
 // contract of attention/batch.hpp. Shared by every attention kernel.
 //
+//   t <  sinks and t < records end   never a record: the sink row (t < cold) or the ring row
+//                                    (page 0 turning cold in this step) -- attention sinks
 //   t <  min(cold, len)              a cold record of the pool (dequantized)
 //   cold <= t < min(target, len)     a page turning cold in this step: a record quantized on the
 //                                    fly into the caller's transition area (same code as append)
@@ -96,7 +98,14 @@ template <class T>
 KVQ_HD TokenRef<T> token_ref(const CacheView<T>& v, const AttentionBatch<T>& a, int b, int h, const SeqAttention& s,
                              int64_t t, int page, int head_dim, size_t record_bytes, const uint8_t* transition) {
   TokenRef<T> r{nullptr, int(t % page), nullptr, nullptr};
-  if (t < s.cold && t < s.len) {
+  if (t < v.sinks && t < s.cold && t < s.len) {
+    r.k = v.sink_k + sink_offset(s.slot, int(t), h, v.sinks, v.num_kv_heads, head_dim);
+    r.v = v.sink_v + sink_offset(s.slot, int(t), h, v.sinks, v.num_kv_heads, head_dim);
+  } else if (t < v.sinks && t < s.target && t < s.len) {
+    const SeqAppend p = as_append(s);
+    r.k = source_row(v, v.hot_k, a.new_k, p, t, h, head_dim, page);
+    r.v = source_row(v, v.hot_v, a.new_v, p, t, h, head_dim, page);
+  } else if (t < s.cold && t < s.len) {
     const int32_t id = v.block_table[int64_t(b) * v.max_pages_per_seq + t / page];
     r.record = v.cold + record_offset(id, h, v.num_kv_heads, record_bytes);
   } else if (t < s.target && t < s.len) {

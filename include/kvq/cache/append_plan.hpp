@@ -10,6 +10,7 @@
 #include "kvq/cache/window.hpp"
 #include "kvq/core/batch_rows.hpp"
 #include "kvq/core/status.hpp"
+#include "kvq/quant/formats.hpp"
 
 KVQ_NAMESPACE_BEGIN
 
@@ -79,6 +80,14 @@ KVQ_HD const T* source_row(const CacheView<T>& v, const T* ring, const T* fresh,
   return fresh + (size_t(s.new_begin + (t - s.len_old)) * size_t(v.num_kv_heads) + size_t(head)) * size_t(head_dim);
 }
 
+// Token whose row the page encoder reads for token t: sink tokens (t < v.sinks, all in page 0)
+// read as token `sinks`, so they do not widen their groups' ranges; their own codes are never
+// read back (attention and dequantize take them from sink_k / sink_v).
+template <class T>
+KVQ_HD int64_t encoder_token(const CacheView<T>& v, int64_t t) {
+  return t < v.sinks ? int64_t(v.sinks) : t;
+}
+
 // Host-side checks of a view that need no device memory access.
 template <class T>
 inline Status check_view(const CacheView<T>& v, int page) {
@@ -87,7 +96,19 @@ inline Status check_view(const CacheView<T>& v, int page) {
   if (v.num_kv_heads <= 0 || v.num_kv_heads > 65535 || v.num_slots <= 0 || v.num_pages < 0 || v.max_pages_per_seq < 0)
     return Status::kInvalidShape;
   if (v.residual < 0 || v.residual % page != 0 || INT32_MAX - page < v.residual) return Status::kConfigMismatch;
+  if (v.sinks < 0 || v.sinks > kMaxSinks || v.sinks >= page) return Status::kConfigMismatch;
+  if (v.sinks > 0 && (!v.sink_k || !v.sink_v)) return Status::kNullPointer;
+  if (v.key_clip != KeyClip::kMinMax && v.key_clip != KeyClip::kMse) return Status::kConfigMismatch;
   return Status::kSuccess;
+}
+
+// Sinks keep tokens unquantized that a "none" configuration never quantizes: such a view asks
+// for work no kernel does, so it is refused (the many-row decode kernel, "none" only, has no sink
+// path).
+template <class Cfg, class T>
+inline Status check_sinks(const CacheView<T>& v) {
+  const bool unquantized = Cfg::k_quant::kind == QuantKind::kNone && Cfg::v_quant::kind == QuantKind::kNone;
+  return v.sinks > 0 && unquantized ? Status::kConfigMismatch : Status::kSuccess;
 }
 
 template <class T>

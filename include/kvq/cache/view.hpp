@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kvq/core/platform.hpp"
+#include "kvq/quant/group_codec.hpp"
 
 KVQ_NAMESPACE_BEGIN
 
@@ -35,7 +36,23 @@ struct CacheView {
 
   // Hot slot of each sequence in the batch: [batch]. Assigned by the engine, not the batch index.
   const int32_t* hot_slot = nullptr;
+
+  // Attention sinks: tokens [0, sinks) of every sequence are never read quantized (0 <= sinks <=
+  // kMaxSinks and sinks < page; quantized configurations only). When page 0 turns cold, the append
+  // copies its first `sinks` rows here, [num_slots][sinks][num_kv_heads][head_dim] of T each,
+  // indexed by hot slot like the rings; they leave page 0's group statistics (the encoder reads
+  // them as token `sinks`). Null when sinks is 0. 16-byte aligned.
+  T* sink_k = nullptr;
+  T* sink_v = nullptr;
+  int32_t sinks = 0;
+
+  // How the append (and a page turning cold inside an attention call) chooses the range of each
+  // asymmetric key group: quant/group_codec.hpp. The bytes' meaning does not change.
+  KeyClip key_clip = KeyClip::kMinMax;
 };
+
+// The largest number of sink tokens a view may keep.
+constexpr int kMaxSinks = 16;
 
 // Whether block-table entry `id` names a page of the cold pool (host reference and kernels alike:
 // an entry outside it rejects its sequence).
@@ -52,6 +69,11 @@ KVQ_HD size_t record_offset(int64_t page, int head, int num_kv_heads, size_t rec
 // Element offset of (slot, row, head, 0) inside a hot ring buffer.
 KVQ_HD size_t hot_offset(int slot, int row, int head, int window, int num_kv_heads, int head_dim) {
   return ((size_t(slot) * size_t(window) + size_t(row)) * size_t(num_kv_heads) + size_t(head)) * size_t(head_dim);
+}
+
+// Element offset of (slot, sink row, head, 0) inside sink_k / sink_v.
+KVQ_HD size_t sink_offset(int slot, int row, int head, int sinks, int num_kv_heads, int head_dim) {
+  return ((size_t(slot) * size_t(sinks) + size_t(row)) * size_t(num_kv_heads) + size_t(head)) * size_t(head_dim);
 }
 
 // Per-sequence lengths of a batch, as the engine keeps them (device or host memory, matching the

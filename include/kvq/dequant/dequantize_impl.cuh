@@ -94,7 +94,7 @@ KVQ_DEVICE void dequantize_page(const CacheView<typename Cfg::dtype>& v, const S
   constexpr int chunks = D / kDequantChunk, items = P * chunks;
   auto out_offset = [&](int idx) { return (size_t(*row0 + t0 + idx / chunks) * v.num_kv_heads + h) * D + (idx % chunks) * kDequantChunk; };
   if constexpr (items % kDequantThreads == 0) {
-    if (t0 + P <= s.cold && t0 + P <= s.len) {  // a full cold page: one record
+    if (t0 + P <= s.cold && t0 + P <= s.len && (t0 > 0 || v.sinks == 0)) {  // a full cold page without sinks: one record
       constexpr int per_thread = items / kDequantThreads;
       constexpr int batch = per_thread < KVQ_DEQUANT_BATCH ? per_thread : KVQ_DEQUANT_BATCH;
       static_assert(per_thread % batch == 0, "whole batches of items");
@@ -203,6 +203,7 @@ Status dequantize(const CacheView<typename Cfg::dtype>& cache, const SeqLengths&
                   const int32_t* cu_out, int64_t max_len, typename Cfg::dtype* k_out, typename Cfg::dtype* v_out,
                   uint32_t* flags, cudaStream_t stream) {
   Status st = check_view(cache, Cfg::page);
+  if (st == Status::kSuccess) st = check_sinks<Cfg>(cache);
   if (st != Status::kSuccess) return st;
   if (batch < 0 || max_len < 0 || batch > 65535 || max_len > INT32_MAX) return Status::kInvalidShape;
   if (batch == 0 || max_len == 0) return Status::kSuccess;

@@ -29,15 +29,69 @@ KVQ_HD void for_each_batched(int n, Get&& get, Body&& body) {
   }
 }
 
+// How an asymmetric group's range is chosen (docs/FORMAT.md section 3.3). The decoder does not
+// care: the record holds the same fields either way.
+//   kMinMax  [min, max] of the group: every element within half a step of its reconstruction.
+//   kMse     each end moved inward to the candidate that minimises the group's squared
+//            reconstruction error (elements beyond it saturate): lo over lo0 + span * i / 40,
+//            i = 0..20 with hi fixed, then hi likewise, two rounds. Used for keys, where one large
+//            token (an attention sink) otherwise sets the step of its whole channel group.
+enum class KeyClip : int32_t { kMinMax = 0, kMse = 1 };
+
+// Squared reconstruction error of a group encoded with range [lo, hi] (fp32, one fused
+// multiply-add per element, in element order: the same value on host and device).
+KVQ_EXEC_CHECK_DISABLE
+template <int Bits, class Get>
+KVQ_HD float asym_group_error(int n, Get&& get, float lo, float hi) {
+  const AsymParams p = asym_params<Bits>(lo, hi);
+  const float zero = f16_bits_to_f32(p.zero), scale = f16_bits_to_f32(p.scale);
+  float err = 0.0f;
+  uint32_t ignored = 0;
+  for_each_batched(n, get, [&](int, float v) {
+    const float x = sanitize(v, ignored);
+    const float e = x - asym_decode(asym_encode<Bits>(x, zero, scale), zero, scale);
+    err = fmaf(e, e, err);
+  });
+  return err;
+}
+
+// The kMse search (see KeyClip) over a group whose min / max are lo / hi; narrows them in place.
+KVQ_EXEC_CHECK_DISABLE
+template <int Bits, class Get>
+KVQ_HD void mse_clip_range(int n, Get&& get, float& lo, float& hi) {
+  const float lo0 = lo, hi0 = hi, span = hi - lo;
+  if (!(span > 0.0f)) return;
+  for (int round = 0; round < 2; ++round)
+    for (int end = 0; end < 2; ++end) {
+      float best = INFINITY, pick = end == 0 ? lo : hi;
+      for (int i = 0; i <= 20; ++i) {
+        const float step = div_rn(float(i), 40.0f);
+        const float cand = end == 0 ? fmaf(span, step, lo0) : fmaf(-span, step, hi0);
+        const float a = end == 0 ? cand : lo, b = end == 0 ? hi : cand;
+        if (!(b > a)) continue;
+        const float err = asym_group_error<Bits>(n, get, a, b);
+        if (err < best) {
+          best = err;
+          pick = cand;
+        }
+      }
+      if (end == 0)
+        lo = pick;
+      else
+        hi = pick;
+    }
+}
+
 KVQ_EXEC_CHECK_DISABLE
 template <int Bits, class Get, class Put>
-KVQ_HD AsymParams encode_asym_group(int n, Get&& get, Put&& put, uint32_t& flags) {
+KVQ_HD AsymParams encode_asym_group(int n, Get&& get, Put&& put, uint32_t& flags, KeyClip clip = KeyClip::kMinMax) {
   float lo = kF16Max, hi = -kF16Max;
   for_each_batched(n, get, [&](int, float v) {
     const float x = sanitize(v, flags);
     lo = fminf(lo, x);
     hi = fmaxf(hi, x);
   });
+  if (clip == KeyClip::kMse) mse_clip_range<Bits>(n, get, lo, hi);
   const AsymParams p = asym_params<Bits>(lo, hi);
   const float zero = f16_bits_to_f32(p.zero);
   const float scale = f16_bits_to_f32(p.scale);

@@ -31,7 +31,7 @@ struct KeyColumn {
 KVQ_EXEC_CHECK_DISABLE
 template <class Q, Role R, int D, int P, class T, class Row, class Sync>
 KVQ_HD void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t* scratch, int tid,
-                           int nthreads, Sync&& sync, uint32_t& flags) {
+                           int nthreads, Sync&& sync, uint32_t& flags, KeyClip key_clip = KeyClip::kMinMax) {
   if constexpr (Q::kind == QuantKind::kNone) {
     // Copied in 16-byte chunks (rows are 16-byte aligned: D * 2 bytes, see append_plan.hpp).
     constexpr int kChunk = 16 / sizeof(T);
@@ -61,7 +61,7 @@ KVQ_HD void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t* 
         const int g = i / D, c = i % D;
         const AsymParams p = encode_asym_group<Q::bits>(
             G, detail::KeyColumn<Row>{row, g * G, c},
-            [&](int k, uint32_t code) { scratch[(g * G + k) * D + c] = uint8_t(code); }, flags);
+            [&](int k, uint32_t code) { scratch[(g * G + k) * D + c] = uint8_t(code); }, flags, key_clip);
         p16[(2 * g) * D + c] = p.scale;
         p16[(2 * g + 1) * D + c] = p.zero;
       }
@@ -87,15 +87,16 @@ KVQ_HD void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t* 
   sync();
 }
 
-// Encode a whole record: K section then V section. row_k(t), row_v(t) as in encode_section.
+// Encode a whole record: K section then V section. row_k(t), row_v(t) as in encode_section;
+// key_clip: how asymmetric key groups choose their range (group_codec.hpp).
 KVQ_EXEC_CHECK_DISABLE
 template <class Cfg, class RowK, class RowV, class Sync>
 KVQ_HD void encode_record(RowK&& row_k, RowV&& row_v, uint8_t* record, uint8_t* scratch, int tid,
-                          int nthreads, Sync&& sync, uint32_t& flags) {
+                          int nthreads, Sync&& sync, uint32_t& flags, KeyClip key_clip = KeyClip::kMinMax) {
   using T = typename Cfg::dtype;
   constexpr RecordOffsets o = Cfg::record;
   encode_section<typename Cfg::k_quant, Role::kKey, Cfg::head_dim, Cfg::page, T>(
-      row_k, record + o.k_codes, record + o.k_params, scratch, tid, nthreads, sync, flags);
+      row_k, record + o.k_codes, record + o.k_params, scratch, tid, nthreads, sync, flags, key_clip);
   encode_section<typename Cfg::v_quant, Role::kValue, Cfg::head_dim, Cfg::page, T>(
       row_v, record + o.v_codes, record + o.v_params, scratch, tid, nthreads, sync, flags);
 }

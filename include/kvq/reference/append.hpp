@@ -22,6 +22,7 @@ template <class Cfg>
 Status plan_append(const CacheView<typename Cfg::dtype>& v, const AppendBatch<typename Cfg::dtype>& a,
                    std::vector<SeqAppend>& plans) {
   Status st = check_view(v, Cfg::page);
+  if (st == Status::kSuccess) st = check_sinks<Cfg>(v);
   if (st == Status::kSuccess) st = check_append_args(a);
   if (st != Status::kSuccess) return st;
   plans.resize(size_t(a.batch));
@@ -46,9 +47,10 @@ void encode_page(const CacheView<typename Cfg::dtype>& v, const typename Cfg::dt
   constexpr int D = Cfg::head_dim, P = Cfg::page;
   std::vector<uint8_t> scratch(size_t(P) * D);
   for (int h = 0; h < v.num_kv_heads; ++h) {
-    auto row_k = [&](int t) { return source_row(v, v.hot_k, fresh_k, s, page_index * P + t, h, D, P); };
-    auto row_v = [&](int t) { return source_row(v, v.hot_v, fresh_v, s, page_index * P + t, h, D, P); };
-    encode_record<Cfg>(row_k, row_v, record0 + size_t(h) * Cfg::record_bytes, scratch.data(), 0, 1, [] {}, flags);
+    auto row_k = [&](int t) { return source_row(v, v.hot_k, fresh_k, s, encoder_token(v, page_index * P + t), h, D, P); };
+    auto row_v = [&](int t) { return source_row(v, v.hot_v, fresh_v, s, encoder_token(v, page_index * P + t), h, D, P); };
+    encode_record<Cfg>(row_k, row_v, record0 + size_t(h) * Cfg::record_bytes, scratch.data(), 0, 1, [] {}, flags,
+                       v.key_clip);
   }
 }
 
@@ -66,6 +68,14 @@ Status append(const CacheView<typename Cfg::dtype>& v, const AppendBatch<typenam
     const int32_t* pages = v.block_table + int64_t(b) * v.max_pages_per_seq;
     for (int64_t p = s.cold_old / P; p < s.cold_new / P; ++p)
       encode_page<Cfg>(v, a.new_k, a.new_v, s, p, v.cold + record_offset(pages[p], 0, v.num_kv_heads, Cfg::record_bytes), f);
+    // Page 0 turned cold: its sink rows keep their model-dtype values (before any ring write).
+    if (s.cold_old == 0 && s.cold_new > 0)
+      for (int t = 0; t < v.sinks; ++t)
+        for (int h = 0; h < v.num_kv_heads; ++h) {
+          const size_t dst = sink_offset(s.slot, t, h, v.sinks, v.num_kv_heads, D);
+          std::copy_n(source_row(v, v.hot_k, a.new_k, s, t, h, D, P), D, v.sink_k + dst);
+          std::copy_n(source_row(v, v.hot_v, a.new_v, s, t, h, D, P), D, v.sink_v + dst);
+        }
     // Ring writes come after the sequence's quantization: a ring row may hold a token being
     // quantized and be the destination of a new one.
     for (int64_t t = std::max(s.len_old, s.cold_new); t < s.len_new; ++t)

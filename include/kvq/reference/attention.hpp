@@ -69,6 +69,7 @@ template <class Cfg>
 Status attention(const CacheView<typename Cfg::dtype>& v, const AttentionBatch<typename Cfg::dtype>& a, float* out) {
   constexpr int D = Cfg::head_dim, P = Cfg::page;
   Status st = check_view(v, P);
+  if (st == Status::kSuccess) st = check_sinks<Cfg>(v);
   if (st == Status::kSuccess) st = check_attention_args(a, v.num_kv_heads);
   if (st != Status::kSuccess) return st;
   if (a.batch > 0 && !out) return Status::kNullPointer;

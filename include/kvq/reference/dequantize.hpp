@@ -12,10 +12,15 @@ KVQ_NAMESPACE_BEGIN
 namespace reference {
 
 // Value (fp32) of token t, head h, channel c of the K (R = kKey) or V cache of sequence b, for a
-// cache holding `cold` cold tokens: dequantized below `cold`, the ring row above.
+// cache holding `cold` cold tokens: dequantized below `cold` (sink tokens as stored in
+// sink_k / sink_v), the ring row above.
 template <class Cfg, Role R>
 float cached_value(const CacheView<typename Cfg::dtype>& v, int b, int64_t cold, int64_t t, int h, int c) {
   constexpr int D = Cfg::head_dim, P = Cfg::page;
+  if (t < cold && t < v.sinks) {
+    const auto* sink = R == Role::kKey ? v.sink_k : v.sink_v;
+    return sink[sink_offset(v.hot_slot[b], int(t), h, v.sinks, v.num_kv_heads, D) + c].to_float();
+  }
   if (t < cold) {
     const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + t / P];
     const uint8_t* rec = v.cold + record_offset(page, h, v.num_kv_heads, Cfg::record_bytes);
@@ -36,6 +41,7 @@ Status dequantize_sequence(const CacheView<typename Cfg::dtype>& v, int batch, i
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page;
   Status st = check_view(v, P);
+  if (st == Status::kSuccess) st = check_sinks<Cfg>(v);
   if (st != Status::kSuccess) return st;
   if (b < 0 || b >= batch) return Status::kInvalidShape;  // would read past hot_slot / the block table
   if (!k_out || !v_out) return Status::kNullPointer;

@@ -62,6 +62,20 @@ class HostCache {
     for (int64_t p = num_pages - 1; p >= 0; --p) free_pages_.push_back(int32_t(p));
   }
 
+  // Attention sinks and the key encoder (cache/view.hpp): keep tokens [0, sinks) of every
+  // sequence unquantized, choose key group ranges by `key_clip`. Before the first append;
+  // kConfigMismatch for sinks outside [0, min(kMaxSinks, page - 1)] (nothing changes then).
+  Status set_encoding(int sinks, KeyClip key_clip) {
+    if (status_ != Status::kSuccess) return status_;
+    if (sinks < 0 || sinks > kMaxSinks || sinks >= Cfg::page) return Status::kConfigMismatch;
+    if (key_clip != KeyClip::kMinMax && key_clip != KeyClip::kMse) return Status::kConfigMismatch;
+    sinks_ = sinks;
+    key_clip_ = key_clip;
+    sink_k.assign(size_t(num_slots_) * size_t(sinks) * size_t(num_kv_heads_) * Cfg::head_dim, T{});
+    sink_v.assign(sink_k.size(), T{});
+    return Status::kSuccess;
+  }
+
   // kSuccess, or why the constructor's arguments were refused (check()).
   Status status() const { return status_; }
   // Sequences of the batch (0 for a refused cache).
@@ -80,6 +94,10 @@ class HostCache {
     v.block_table = block_table.data();
     v.max_pages_per_seq = max_pages_;
     v.hot_slot = hot_slot.data();
+    v.sink_k = sinks_ ? sink_k.data() : nullptr;
+    v.sink_v = sinks_ ? sink_v.data() : nullptr;
+    v.sinks = sinks_;
+    v.key_clip = key_clip_;
     return v;
   }
   SeqLengths lengths() const { return SeqLengths{len.data(), cold_len.data()}; }
@@ -141,6 +159,7 @@ class HostCache {
 
   std::vector<uint8_t> cold;
   std::vector<T> hot_k, hot_v;
+  std::vector<T> sink_k, sink_v;  // [num_slots][sinks][num_kv_heads][head_dim], when sinks > 0
   std::vector<int32_t> block_table, hot_slot, len, cold_len;
 
  private:
@@ -151,6 +170,8 @@ class HostCache {
   int64_t num_pages_ = 0;
   int num_slots_ = 0, residual_ = 0, max_pages_ = 0;
   std::vector<int32_t> free_pages_;
+  int sinks_ = 0;
+  KeyClip key_clip_ = KeyClip::kMinMax;
 };
 
 }  // namespace reference
