@@ -7,7 +7,6 @@
 #include <set>
 
 #include "gemm.hpp"
-#include "rotation.hpp"
 
 namespace smollm2 {
 
@@ -130,7 +129,6 @@ class CpuModel final : public Model {
       layers_.push_back(std::move(L));
     }
     cache_ = make_kv_cache(spec, cfg_.n_layer, cfg_.n_kv_head, cfg_.head_dim, max_seqs, max_len);
-    for (int l = 0; rotate_ && l < cfg_.n_layer; ++l) signs_.push_back(rotation_signs(l));
     rope_ = rope_table(cfg_, cache_->capacity());
   }
 
@@ -167,7 +165,7 @@ class CpuModel final : public Model {
         float* row = qkv.get() + size_t(r) * size_t(d + 2 * kvd);
         for (int head = 0; head < cfg_.n_head + cfg_.n_kv_head; ++head) rope(row + head * hd, pos[size_t(r)]);
         for (int head = 0; rotate_ && head < cfg_.n_head + 2 * cfg_.n_kv_head; ++head)
-          rotate_head(row + head * hd, signs_[size_t(l)].data());
+          kvq::rotate<64>(row + head * hd, kvq::layer_rotation_seed(l));
         for (int e = 0; e < d; ++e) q16[size_t(r) * d + size_t(e)] = kvq::bf16::from_float(row[e]);
         for (int e = 0; e < kvd; ++e) {
           k16[size_t(r) * kvd + size_t(e)] = kvq::bf16::from_float(row[d + e]);
@@ -176,7 +174,7 @@ class CpuModel final : public Model {
       }
       cache_->step(pool_, l, items, cfg_.n_head, q16.data(), k16.data(), v16.data(), att.get());
       for (size_t hrow = 0; rotate_ && hrow < size_t(rows) * size_t(cfg_.n_head); ++hrow)
-        unrotate_head(att.get() + hrow * size_t(hd), signs_[size_t(l)].data());
+        kvq::unrotate<64>(att.get() + hrow * size_t(hd), kvq::layer_rotation_seed(l));
       if (bf16_attention_out_)
         for (size_t e = 0; e < size_t(rows) * size_t(d); ++e) att[e] = kvq::bf16::from_float(att[e]).to_float();
       matmul(pool_, att.get(), rows, d, L.wo, x.get(), d, /*accumulate*/ true);
@@ -228,7 +226,6 @@ class CpuModel final : public Model {
   LlamaConfig cfg_;
   ThreadPool pool_;
   bool bf16_attention_out_, rotate_;
-  std::vector<std::vector<float>> signs_;  // per layer, when rotating (rotation.hpp)
   std::vector<float> embed_, out_norm_, rope_;
   PackedMatrix lm_head_;
   std::vector<Layer> layers_;

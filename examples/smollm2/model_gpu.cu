@@ -10,7 +10,6 @@
 
 #include "gpu_util.hpp"
 #include "kv_cache_gpu.hpp"
-#include "rotation.hpp"
 
 namespace smollm2 {
 
@@ -46,26 +45,12 @@ __global__ void rmsnorm_kernel(const float* in, int d, const float* w, float eps
   for (int e = threadIdx.x; e < d; e += kNormThreads) o[e] = a[e] * scale * w[e];
 }
 
-// rotation.hpp's rotate_head (inverse: unrotate_head) for one 64-element head, one thread.
-__device__ void rotate_head_device(float* x, const float* signs, bool inverse) {
-  if (!inverse)
-    for (int i = 0; i < 64; ++i) x[i] = __fmul_rn(x[i], signs[i]);
-  for (int len = 1; len < 64; len <<= 1)
-    for (int i = 0; i < 64; i += 2 * len)
-      for (int j = i; j < i + len; ++j) {
-        const float a = x[j], b = x[j + len];
-        x[j] = __fadd_rn(a, b);
-        x[j + len] = __fsub_rn(a, b);
-      }
-  for (int i = 0; i < 64; ++i) x[i] = inverse ? __fmul_rn(__fmul_rn(x[i], 0.125f), signs[i]) : __fmul_rn(x[i], 0.125f);
-}
-
-// RoPE on the Q and K heads of a row of the QKV projection (adjacent pairs), then, when `signs`
-// is given, the rotation of rotation.hpp on every Q, K and V head, then Q, K, V rounded to bf16
-// for the cache. One block per row; the row is staged in shared memory (dynamic, (n_head + 2 n_kv)
-// x 64 floats). The same operations in the same order as the CPU backend's rope + rotate_head.
+// RoPE on the Q and K heads of a row of the QKV projection (adjacent pairs), then, when `rotate`
+// is set, kvq's rotation (kvq/quant/rotation.hpp, seed per layer) on every Q, K and V head, then
+// Q, K, V rounded to bf16 for the cache. One block per row; the row is staged in shared memory (dynamic, (n_head + 2 n_kv)
+// x 64 floats). The same operations in the same order as the CPU backend's rope + kvq::rotate.
 __global__ void rope_split_kernel(const float* qkv, int n_head, int n_kv, const int32_t* pos, const float* rope,
-                                  const float* signs, kvq::bf16* q, kvq::bf16* k, kvq::bf16* v) {
+                                  bool rotate, uint64_t seed, kvq::bf16* q, kvq::bf16* k, kvq::bf16* v) {
   extern __shared__ float row_s[];
   constexpr int kHalf = 32;  // head dim 64
   const int r = blockIdx.x, d = n_head * 64, kvd = n_kv * 64, heads = n_head + 2 * n_kv;
@@ -80,8 +65,8 @@ __global__ void rope_split_kernel(const float* qkv, int n_head, int n_kv, const 
   }
   for (int e = threadIdx.x; e < kvd; e += blockDim.x) row_s[d + kvd + e] = row[d + kvd + e];
   __syncthreads();
-  if (signs != nullptr) {
-    for (int head = threadIdx.x; head < heads; head += blockDim.x) rotate_head_device(row_s + head * 64, signs, false);
+  if (rotate) {
+    for (int head = threadIdx.x; head < heads; head += blockDim.x) kvq::rotate<64>(row_s + head * 64, seed);
     __syncthreads();
   }
   for (int e = threadIdx.x; e < d + 2 * kvd; e += blockDim.x) {
@@ -90,13 +75,13 @@ __global__ void rope_split_kernel(const float* qkv, int n_head, int n_kv, const 
   }
 }
 
-// The attention output back to fp32; with `signs`, each head's rotation undone (rotation.hpp).
-__global__ void attention_out_kernel(const kvq::bf16* in, int heads, const float* signs, float* out) {
+// The attention output back to fp32; with `rotate`, each head's rotation undone.
+__global__ void attention_out_kernel(const kvq::bf16* in, int heads, bool rotate, uint64_t seed, float* out) {
   const int h = blockIdx.x * blockDim.x + threadIdx.x;
   if (h >= heads) return;
   float x[64];
   for (int e = 0; e < 64; ++e) x[e] = in[size_t(h) * 64 + e].to_float();
-  if (signs != nullptr) rotate_head_device(x, signs, true);
+  if (rotate) kvq::unrotate<64>(x, seed);
   for (int e = 0; e < 64; ++e) out[size_t(h) * 64 + e] = x[e];
 }
 
@@ -176,14 +161,6 @@ class GpuModel final : public Model {
     }
     rope_ = to_device(rope_table(cfg_, cache_->capacity()));
     rotate_ = spec.rotate;
-    if (rotate_) {
-      std::vector<float> signs;
-      for (int l = 0; l < cfg_.n_layer; ++l) {
-        const std::vector<float> s = rotation_signs(l);
-        signs.insert(signs.end(), s.begin(), s.end());
-      }
-      signs_ = to_device(signs);
-    }
     cuda_check(cudaDeviceSynchronize(), "weight upload");  // legacy-stream copies done before the model's stream runs
   }
 
@@ -231,11 +208,11 @@ class GpuModel final : public Model {
       const GpuLayer& L = layers_[size_t(l)];
       rmsnorm_kernel<<<rows, kNormThreads, 0, stream_>>>(x_.p, d, L.attn_norm.p, cfg_.rms_eps, h_.p);
       gemm(h_.p, rows, d, L.qkv.p, d + 2 * kvd, qkv_.p, false);
-      const float* signs = rotate_ ? signs_.p + size_t(l) * 64 : nullptr;
+      const uint64_t seed = kvq::layer_rotation_seed(l);
       rope_split_kernel<<<rows, 128, size_t(nq + 2 * cfg_.n_kv_head) * 64 * sizeof(float), stream_>>>(
-          qkv_.p, nq, cfg_.n_kv_head, pos_.p, rope_.p, signs, q16_.p, k16_.p, v16_.p);
+          qkv_.p, nq, cfg_.n_kv_head, pos_.p, rope_.p, rotate_, seed, q16_.p, k16_.p, v16_.p);
       cache_->step_layer(l, nq, q16_.p, k16_.p, v16_.p, att16_.p);
-      attention_out_kernel<<<(rows * nq + 127) / 128, 128, 0, stream_>>>(att16_.p, rows * nq, signs, att_.p);
+      attention_out_kernel<<<(rows * nq + 127) / 128, 128, 0, stream_>>>(att16_.p, rows * nq, rotate_, seed, att_.p);
       gemm(att_.p, rows, d, L.wo.p, d, x_.p, true);
       rmsnorm_kernel<<<rows, kNormThreads, 0, stream_>>>(x_.p, d, L.ffn_norm.p, cfg_.rms_eps, h_.p);
       gemm(h_.p, rows, d, L.gate_up.p, 2 * ff, gu_.p, false);
@@ -279,7 +256,7 @@ class GpuModel final : public Model {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<GpuKvCache> cache_;
-  DeviceBuffer<float> embed_, lm_head_, out_norm_, rope_, signs_;  // signs_: [layers][64] when rotating
+  DeviceBuffer<float> embed_, lm_head_, out_norm_, rope_;
   bool rotate_ = false;
   std::vector<GpuLayer> layers_;
   // Activations, grown on demand.

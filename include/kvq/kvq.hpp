@@ -18,6 +18,7 @@
 #include "kvq/numeric/dtype.hpp"
 #include "kvq/quant/element_decode.hpp"
 #include "kvq/quant/formats.hpp"
+#include "kvq/quant/rotation.hpp"
 #include "kvq/quant/section_codec.hpp"
 #include "kvq/reference/append.hpp"
 #include "kvq/reference/attention.hpp"
