@@ -66,7 +66,8 @@ KVQ_HD_CONSTEXPR int prefill_ws_tile() {
   return Cfg::k_quant::kind == QuantKind::kNone && Cfg::v_quant::kind == QuantKind::kNone ? 128 : kPrefillWsTile;
 }
 
-// Stages: as many as fit in the 227 KB of shared memory a CTA may have (at most Policy::kWsMaxStages):
+// Stages: as many as fit in the 227 KB of shared memory a CTA may have on sm_90, the kernel's only
+// architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin of every Hopper GPU), at most Policy::kWsMaxStages:
 // the producer issues tile j + stages - 1 when the consumers release tile j - 1, so the stage
 // count is how far ahead of the math the copies run.
 constexpr size_t kPrefillWsSmemLimit = 227 * 1024 - 512;  // dynamic bytes: the kernel's static ones fit in the rest
