@@ -17,7 +17,10 @@
 
 namespace kvq_bench {
 
-template <class Cfg>
+// Policy, DequantizePolicy: the kernels' tuning (kvq/decode/policy.hpp, kvq/dequant/policy.hpp);
+// other policies than the defaults compile kernels of their own, so a tuning experiment registers
+// its cells beside the default's (bench/decode_bench.cu.in).
+template <class Cfg, class Policy = kvq::DecodePolicy, class DequantizePolicy = kvq::DequantizePolicy>
 struct DecodeCase {
   using T = typename Cfg::dtype;
   static constexpr int D = Cfg::head_dim, P = Cfg::page, H = 8, HQ = 32, R = 128;
@@ -45,8 +48,8 @@ struct DecodeCase {
       DeviceArray<int32_t> cu_out(BenchCache<Cfg>::iota(size_t(batch) + 1, int(len)));
       DeviceArray<T> k_out(size_t(batch) * len * H * D), v_out(size_t(batch) * len * H * D);
       run_timed(state, double(batch) * (prefix_bytes + double(len) * row), [&] {
-        if (kvq::dequantize<Cfg>(v, a.lengths, batch, cu_out.ptr, len, k_out.ptr, v_out.ptr, c.flags.ptr, nullptr) !=
-            kvq::Status::kSuccess)
+        if (kvq::dequantize<Cfg, DequantizePolicy>(v, a.lengths, batch, cu_out.ptr, len, k_out.ptr, v_out.ptr, c.flags.ptr,
+                                                   nullptr) != kvq::Status::kSuccess)
           state.SkipWithError("dequantize failed");
       });
       // Roofline of the write side: the rows written at the store-only bandwidth.
@@ -64,7 +67,7 @@ struct DecodeCase {
     int sms = 0;
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sms");
     kvq::DecodePlan plan;
-    if (kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, HQ, H, R, context, q_len, total_q, sms}, &plan) !=
+    if (kvq::plan_decode<Cfg, Policy>(kvq::DecodeShape{batch, HQ, H, R, context, q_len, total_q, sms}, &plan) !=
         kvq::Status::kSuccess) {
       state.SkipWithError("plan failed");
       return;
@@ -72,7 +75,7 @@ struct DecodeCase {
     DeviceArray<uint8_t> ws(plan.workspace_bytes);
     const double bytes = double(batch) * (decode_prefix_bytes + double(q_len) * row + 2.0 * q_len * HQ * D * sizeof(T));
     run_timed(state, bytes, [&] {
-      if (kvq::decode<Cfg>(v, a, plan, ws.ptr, plan.workspace_bytes, out.ptr, c.flags.ptr, nullptr) != kvq::Status::kSuccess)
+      if (kvq::decode<Cfg, Policy>(v, a, plan, ws.ptr, plan.workspace_bytes, out.ptr, c.flags.ptr, nullptr) != kvq::Status::kSuccess)
         state.SkipWithError("decode failed");
     });
     state.counters["splits"] = plan.max_splits;
@@ -108,6 +111,7 @@ struct DecodeCase {
         ->Unit(benchmark::kMicrosecond);
   }
 
+  // name: the format (and for a tuning experiment a tag of its policies: bench/CMakeLists.txt).
   static void register_all(const std::string& name) {
     for (int q_len : {1, 4})
       for (int batch : {1, 8, 32, 64})

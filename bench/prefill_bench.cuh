@@ -15,7 +15,9 @@
 
 namespace kvq_bench {
 
-template <class Cfg>
+// Policy: the kernels' tuning (kvq/prefill/policy.hpp); another policy than the default
+// compiles kernels of its own, so a tuning experiment registers its cells beside the default's.
+template <class Cfg, class Policy = kvq::PrefillPolicy>
 struct PrefillCase {
   using T = typename Cfg::dtype;
   static constexpr int D = Cfg::head_dim, P = Cfg::page, H = 8, HQ = 32, R = 128;
@@ -24,9 +26,8 @@ struct PrefillCase {
     return 4.0 * double(chunk) * double(prefix) * D * HQ + 2.0 * double(chunk) * double(chunk) * D * HQ;
   }
 
-  // rows_per_cta, kernel, tile_tokens: as plan_prefill takes them (0, kAuto, 0: the library's choice).
-  static void run(benchmark::State& state, int64_t chunk, int64_t prefix, int rows_per_cta, kvq::PrefillKernel kernel,
-                  int tile_tokens) {
+  // choice: the kernel (detail::plan_prefill_with; {}: the library's choice).
+  static void run(benchmark::State& state, int64_t chunk, int64_t prefix, kvq::detail::PrefillChoice choice) {
     const int batch = 1;
     BenchCache<Cfg> c(batch, prefix, int(chunk), chunk / P + 2);
     DecodeCase<Cfg>::fill_pool(c);
@@ -43,9 +44,8 @@ struct PrefillCase {
     a.new_v = c.new_v.ptr;
     a.softmax_scale = 1.0f / std::sqrt(float(D));
     kvq::PrefillPlan plan;
-    if (kvq::plan_prefill<Cfg>(kvq::PrefillShape{batch, HQ, H, R, prefix + chunk, int32_t(chunk), chunk}, &plan,
-                                   rows_per_cta, kernel, tile_tokens) !=
-        kvq::Status::kSuccess) {
+    if (kvq::detail::plan_prefill_with<Cfg>(kvq::PrefillShape{batch, HQ, H, R, prefix + chunk, int32_t(chunk), chunk}, &plan,
+                                            choice) != kvq::Status::kSuccess) {
       state.SkipWithError("plan failed");
       return;
     }
@@ -54,44 +54,39 @@ struct PrefillCase {
     const double bytes = double(rec_end / P) * H * double(Cfg::record_bytes) +
                          double(prefix - rec_end + chunk) * c.bytes_per_token_row() + 2.0 * chunk * HQ * D * sizeof(T);
     run_timed(state, bytes, [&] {
-      if (kvq::prefill<Cfg>(c.view(), a, plan, ws.ptr, plan.workspace_bytes, out.ptr, c.flags.ptr, nullptr) !=
+      if (kvq::prefill<Cfg, Policy>(c.view(), a, plan, ws.ptr, plan.workspace_bytes, out.ptr, c.flags.ptr, nullptr) !=
           kvq::Status::kSuccess)
         state.SkipWithError("prefill failed");
     });
     state.counters["rows_per_cta"] = plan.rows_per_cta;
     state.counters["wgmma"] = plan.kernel == kvq::PrefillKernel::kMmaSync ? 0 : 1;
-    state.counters["kernel"] = int(plan.kernel);  // 0 mma.sync, 1 wgmma, 2 wgmma warp-specialized
+    state.counters["kernel"] = int(plan.kernel);  // 0 mma.sync, 2 wgmma warp-specialized
     state.counters["tile_tokens"] = plan.tile_tokens;
     state.counters["flops"] = flops(chunk, prefix);
     state.counters["TFLOPs"] = benchmark::Counter(flops(chunk, prefix) * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   }
 
-  // "prefill/": the library's choice (on an sm_90a build with a Hopper GPU prefill_hopper_default);
-  // where that is the wgmma kernel, "prefill_wother/" runs it with the other tile (32 <-> 64 tokens)
-  // and "prefill_ws/" the warp-specialized kernel; where it is the warp-specialized kernel,
-  // "prefill_wgmma/" runs the wgmma kernel with its default tile; "prefill_alt/": the mma.sync
-  // kernel (the sm_80 path) at the CTA height the library would give it.
+  // "prefill/": the library's choice (on an sm_90a build with a Hopper GPU the warp-specialized
+  // wgmma kernel); where that is the wgmma kernel with tiles of other than 64 tokens ("none"),
+  // "prefill_ws64/" runs it with 64-token tiles; "prefill_alt/": the mma.sync kernel (the sm_80
+  // path) at the CTA height the library would give it, or where mma.sync is the default, at the
+  // other height. name: the format (and for a tuning experiment a tag of its policy:
+  // bench/CMakeLists.txt).
   static void register_all(const std::string& name) {
     kvq::PrefillPlan def;
     if (kvq::plan_prefill<Cfg>(kvq::PrefillShape{1, HQ, H, R, 1, 1, 1}, &def) != kvq::Status::kSuccess) return;
     struct Variant {
       const char* prefix;
-      int rows;
-      kvq::PrefillKernel kernel;
-      int tile;
+      kvq::detail::PrefillChoice choice;
     };
-    std::vector<Variant> variants{{"prefill/", 0, kvq::PrefillKernel::kAuto, 0}};
+    std::vector<Variant> variants{{"prefill/", {}}};
     if (def.kernel != kvq::PrefillKernel::kMmaSync) {
-      if (def.kernel == kvq::PrefillKernel::kWgmma)
-        variants.push_back({"prefill_wother/", 0, kvq::PrefillKernel::kWgmma, def.tile_tokens == 32 ? 64 : 32});
-      else
-        variants.push_back({"prefill_wgmma/", 0, kvq::PrefillKernel::kWgmma, 0});
-      if (def.kernel != kvq::PrefillKernel::kWgmmaWs) variants.push_back({"prefill_ws/", 0, kvq::PrefillKernel::kWgmmaWs, 0});
-      else if (def.tile_tokens != 64) variants.push_back({"prefill_ws64/", 0, kvq::PrefillKernel::kWgmmaWs, 64});
-      variants.push_back({"prefill_alt/", 0, kvq::PrefillKernel::kMmaSync, 0});
+      if (def.tile_tokens != 64) variants.push_back({"prefill_ws64/", {kvq::PrefillKernel::kWgmmaWs, 0, 64}});
+      variants.push_back({"prefill_alt/", {kvq::PrefillKernel::kMmaSync, 0, 0}});
     } else {
-      variants.push_back({"prefill_alt/", def.rows_per_cta == kvq::kPrefillRowsSmall ? kvq::kPrefillRowsLarge : kvq::kPrefillRowsSmall,
-                          kvq::PrefillKernel::kMmaSync, 0});
+      variants.push_back({"prefill_alt/", {kvq::PrefillKernel::kMmaSync,
+                                           def.rows_per_cta == kvq::kPrefillRowsSmall ? kvq::kPrefillRowsLarge : kvq::kPrefillRowsSmall,
+                                           0}});
     }
     for (const Variant& var : variants)
       for (int64_t chunk : {2048, 8192})
@@ -99,7 +94,7 @@ struct PrefillCase {
           benchmark::RegisterBenchmark((std::string(var.prefix) + name + "/chunk:" + std::to_string(chunk) + "/prefix:" +
                                         std::to_string(prefix))
                                            .c_str(),
-                                       [=](benchmark::State& s) { run(s, chunk, prefix, var.rows, var.kernel, var.tile); })
+                                       [=](benchmark::State& s) { run(s, chunk, prefix, var.choice); })
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond);
   }

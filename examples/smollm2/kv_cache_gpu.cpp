@@ -131,7 +131,7 @@ class GpuKvCacheImpl final : public GpuKvCache {
       } else {
         kvq::PrefillPlan plan;
         const kvq::PrefillShape shape{1, num_q_heads, kv_heads_, spec_.residual, cap_, c.count, c.count};
-        kvq_check(ops_.plan_prefill(shape, &plan, 0, kvq::PrefillKernel::kAuto, 0), "kvq::plan_prefill");
+        kvq_check(ops_.plan_prefill(shape, &plan), "kvq::plan_prefill");
         if (plan.workspace_bytes > workspace_.n) throw Error("kv cache: prefill workspace larger than planned");
         kvq_check(ops_.prefill(view, at, plan, workspace_.p, workspace_.n, o, flags_.p, stream_), "kvq::prefill");
       }
@@ -214,7 +214,7 @@ class GpuKvCacheImpl final : public GpuKvCache {
     kvq::PrefillPlan pp;
     const kvq::PrefillShape shape{1, num_q_heads, kv_heads_, spec_.residual, cap_, kvq::kDecodeMaxQLen + 1,
                                   kvq::kDecodeMaxQLen + 1};
-    kvq_check(ops_.plan_prefill(shape, &pp, 0, kvq::PrefillKernel::kAuto, 0), "kvq::plan_prefill");
+    kvq_check(ops_.plan_prefill(shape, &pp), "kvq::plan_prefill");
     bytes = std::max(bytes, pp.workspace_bytes);
     workspace_ = DeviceBuffer<uint8_t>(bytes);
     planned_heads_ = num_q_heads;

@@ -52,7 +52,7 @@ struct GpuCacheOps {
   kvq::Status (*plan_decode)(const kvq::DecodeShape&, kvq::DecodePlan*);
   kvq::Status (*decode)(const kvq::CacheView<kvq::bf16>&, const kvq::AttentionBatch<kvq::bf16>&, const kvq::DecodePlan&,
                         void*, size_t, kvq::bf16*, uint32_t*, cudaStream_t);
-  kvq::Status (*plan_prefill)(const kvq::PrefillShape&, kvq::PrefillPlan*, int, kvq::PrefillKernel, int);
+  kvq::Status (*plan_prefill)(const kvq::PrefillShape&, kvq::PrefillPlan*);
   kvq::Status (*prefill)(const kvq::CacheView<kvq::bf16>&, const kvq::AttentionBatch<kvq::bf16>&, const kvq::PrefillPlan&,
                          void*, size_t, kvq::bf16*, uint32_t*, cudaStream_t);
 };

@@ -207,11 +207,11 @@ std::vector<T> run_poisoned_twice(DeviceAttention<T>& d, size_t workspace_bytes,
   return first;
 }
 
-template <class Cfg>
+template <class Cfg, class Policy = kvq::DecodePolicy>
 std::vector<typename Cfg::dtype> run_decode(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
                                             const kvq::DecodePlan& plan, uint32_t* flags, const std::string& where) {
   return run_poisoned_twice(d, plan.workspace_bytes, where, [&](void* ws, size_t bytes) {
-    return kvq::decode<Cfg>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr);
+    return kvq::decode<Cfg, Policy>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr);
   });
 }
 
@@ -312,8 +312,8 @@ std::vector<typename Cfg::dtype> attention_step_and_check(kvq::reference::HostCa
 }
 
 // One decode step of `counts` new tokens for every sequence of host/dev, checked before and
-// after the append; the draft is then partially rejected (rollback).
-template <class Cfg>
+// after the append; the draft is then partially rejected (rollback). Policy: the decode's tuning.
+template <class Cfg, class Policy = kvq::DecodePolicy>
 void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cfg>& dev, KvGenerator& gen,
                            const std::vector<int32_t>& counts, int group, int max_q, float softcap, std::mt19937_64& rng,
                            const std::string& where_base, const std::vector<typename Cfg::dtype>* k_rows = nullptr,
@@ -332,7 +332,7 @@ void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cf
   // plan_tokens: a looser bound on len + q_len to plan for (a plan serves any batch within its bounds).
   const kvq::DecodeShape shape{batch, q_heads, heads, host.view().residual, std::max(max_tokens, plan_tokens), max_q, total,
                                plan_sms > 0 ? plan_sms : num_sms()};
-  REQUIRE(kvq::plan_decode<Cfg>(shape, &plan) == kvq::Status::kSuccess);
+  REQUIRE(kvq::plan_decode<Cfg, Policy>(shape, &plan) == kvq::Status::kSuccess);
   // Half the steps run the tail beside the records kernel in a few CTAs (its dependent launch,
   // plan.hpp) whatever the planner chose, so both tail modes meet the reference; and half the steps
   // give a tail slot a random span of chunks (fewer slots than planned: the workspace holds them).
@@ -349,13 +349,13 @@ void decode_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cf
   const std::vector<int32_t> prefix = host.len;
   attention_step_and_check<Cfg>(host, dev, counts, group, softcap, q, nk, nv, heads, where,
                                 [&](const kvq::CacheView<T>& view, DeviceAttention<T>& d, const std::string& w) {
-                                  return run_decode<Cfg>(view, d, plan, d_flags.get(), w);
+                                  return run_decode<Cfg, Policy>(view, d, plan, d_flags.get(), w);
                                 });
   CHECK(d_flags.download()[0] == 0u);
   rollback_both(host, dev, prefix, rng, where);
 }
 
-template <class Cfg>
+template <class Cfg, class Policy = kvq::DecodePolicy>
 void check_decode_random(uint64_t seed, int max_q = 4, int steps = 3) {
   using T = typename Cfg::dtype;
   constexpr int P = Cfg::page, D = Cfg::head_dim;
@@ -381,10 +381,10 @@ void check_decode_random(uint64_t seed, int max_q = 4, int steps = 3) {
     for (int b = 0; b < batch; ++b) counts[size_t(b)] = 1 + int32_t(rng() % max_q);
     // Odd steps plan for up to 131,072 tokens a sequence (most splits empty; with more than 16
     // rows "none" then takes the many-row kernel).
-    decode_step_and_check<Cfg>(host, dev, gen, counts, group, max_q, step == 1 ? 30.0f : 0.0f, rng,
-                               "seed " + std::to_string(seed) + " step " + std::to_string(step) + " R " +
-                                   std::to_string(residual),
-                               nullptr, nullptr, 0, step % 2 ? kvq::kDecodeManyRowsMinTokens : 0);
+    decode_step_and_check<Cfg, Policy>(host, dev, gen, counts, group, max_q, step == 1 ? 30.0f : 0.0f, rng,
+                                       "seed " + std::to_string(seed) + " step " + std::to_string(step) + " R " +
+                                           std::to_string(residual),
+                                       nullptr, nullptr, 0, step % 2 ? kvq::kDecodeManyRowsMinTokens : 0);
   }
 }
 

@@ -14,37 +14,33 @@ namespace kvq_test {
 
 // The prefill kernel the checks plan for (kAuto: the library's choice, the wgmma kernel on an
 // sm_90a build with a Hopper GPU); a test case that covers another one sets it for its scope.
-struct PrefillChoice {
-  kvq::PrefillKernel kernel = kvq::PrefillKernel::kAuto;
-  int tile_tokens = 0;
-};
-inline PrefillChoice& prefill_choice() {
-  static PrefillChoice c;
+inline kvq::detail::PrefillChoice& prefill_choice() {
+  static kvq::detail::PrefillChoice c;
   return c;
 }
 struct ScopedPrefillChoice {
-  PrefillChoice saved;
+  kvq::detail::PrefillChoice saved;
   ScopedPrefillChoice(kvq::PrefillKernel kernel, int tile_tokens) : saved(prefill_choice()) {
-    prefill_choice() = PrefillChoice{kernel, tile_tokens};
+    prefill_choice() = kvq::detail::PrefillChoice{kernel, 0, tile_tokens};
   }
   ~ScopedPrefillChoice() { prefill_choice() = saved; }
 };
 template <class Cfg>
 kvq::Status plan_prefill_as_chosen(const kvq::PrefillShape& shape, kvq::PrefillPlan* plan) {
-  return kvq::plan_prefill<Cfg>(shape, plan, 0, prefill_choice().kernel, prefill_choice().tile_tokens);
+  return kvq::detail::plan_prefill_with<Cfg>(shape, plan, prefill_choice());
 }
 
 // Runs kvq::prefill into poisoned output, twice (the same bits both times).
-template <class Cfg>
+template <class Cfg, class Policy = kvq::PrefillPolicy>
 std::vector<typename Cfg::dtype> run_prefill(const kvq::CacheView<typename Cfg::dtype>& view, DeviceAttention<typename Cfg::dtype>& d,
                                              const kvq::PrefillPlan& plan, uint32_t* flags, const std::string& where) {
   return run_poisoned_twice(d, plan.workspace_bytes, where, [&](void* ws, size_t bytes) {
-    return kvq::prefill<Cfg>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr);
+    return kvq::prefill<Cfg, Policy>(view, d.a, plan, ws, bytes, d.out.get(), flags, nullptr);
   });
 }
 
 // One chunk per sequence (counts[b] tokens, rows taken from each prompt at offset done[b]).
-template <class Cfg>
+template <class Cfg, class Policy = kvq::PrefillPolicy>
 std::vector<typename Cfg::dtype> prefill_step_and_check(kvq::reference::HostCache<Cfg>& host, DeviceMirror<Cfg>& dev,
                                                         const std::vector<std::vector<typename Cfg::dtype>>& pk,
                                                         const std::vector<std::vector<typename Cfg::dtype>>& pv,
@@ -72,15 +68,16 @@ std::vector<typename Cfg::dtype> prefill_step_and_check(kvq::reference::HostCach
   const std::string where = where_base + " group " + std::to_string(group) + " max chunk " + std::to_string(max_q);
   std::vector<T> out = attention_step_and_check<Cfg>(host, dev, counts, group, softcap, q, nk, nv, heads, where,
                                                      [&](const kvq::CacheView<T>& view, DeviceAttention<T>& d, const std::string& w) {
-                                                       return run_prefill<Cfg>(view, d, plan, d_flags.get(), w);
+                                                       return run_prefill<Cfg, Policy>(view, d, plan, d_flags.get(), w);
                                                      });
   CHECK(d_flags.download()[0] == 0u);
   return out;
 }
 
 // A random chunk schedule over 3 prompts (one inside the window, one of one to four pages, one
-// long), then the comparisons with a one-shot prefill (cache bytes, outputs).
-template <class Cfg>
+// long), then the comparisons with a one-shot prefill (cache bytes, outputs). Policy: the
+// prefill's tuning.
+template <class Cfg, class Policy = kvq::PrefillPolicy>
 void check_prefill_schedule(uint64_t seed) {
   using T = typename Cfg::dtype;
   constexpr int P = Cfg::page, D = Cfg::head_dim;
@@ -121,8 +118,8 @@ void check_prefill_schedule(uint64_t seed) {
     int64_t total = 0;
     for (int32_t c : counts) total += c;
     const std::vector<T> q = make_queries<T>(gen, total, group);
-    const std::vector<T> out = prefill_step_and_check<Cfg>(host, dev, pk, pv, done, counts, q, heads, group, softcap,
-                                                           base + " step " + std::to_string(step));
+    const std::vector<T> out = prefill_step_and_check<Cfg, Policy>(host, dev, pk, pv, done, counts, q, heads, group, softcap,
+                                                                   base + " step " + std::to_string(step));
     size_t at = 0;
     for (int b = 0; b < batch; ++b) {
       const size_t n = size_t(counts[size_t(b)]) * heads * group * D;
@@ -200,7 +197,8 @@ void check_prefill_schedule(uint64_t seed) {
   REQUIRE(plan_prefill_as_chosen<Cfg>(kvq::PrefillShape{batch, heads * group, heads, residual, max_q, max_q, cu.back()}, &plan) ==
           kvq::Status::kSuccess);
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
-  const std::vector<T> one_shot = run_prefill<Cfg>(dev_fresh.view(fresh), d, plan, d_flags.get(), base + " one-shot attention");
+  const std::vector<T> one_shot =
+      run_prefill<Cfg, Policy>(dev_fresh.view(fresh), d, plan, d_flags.get(), base + " one-shot attention");
   std::vector<float> one_shot_f(one_shot.size());
   for (size_t x = 0; x < one_shot.size(); ++x) one_shot_f[x] = one_shot[x].to_float();
   const OutputError e = output_error(chunked_out, one_shot_f);

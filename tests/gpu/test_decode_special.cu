@@ -43,6 +43,14 @@ kvq::DecodePlan make_plan(int batch, int64_t max_tokens, int max_q, int64_t tota
 
 }  // namespace
 
+namespace kvq_test_policy {  // a named namespace: kernels' template arguments (not a function's local type)
+// Every member of DecodePolicy changed: the records kernel at 3 CTAs a multiprocessor (1 CTA: 2 for
+// the two-row-tile form) and steps of one tile.
+struct TunedDecode : kvq::DecodePolicy {
+  static constexpr int kMinCtas = 3, kMinCtasWide = 2, kStep = 1;
+};
+}  // namespace kvq_test_policy
+
 TEST_SUITE("gpu") {
   TEST_CASE("decode: arguments rejected on the host, with the Status that names the problem") {
     Fixture f({300, 40}, 51);
@@ -150,7 +158,16 @@ TEST_SUITE("gpu") {
     const bool expected = major >= 9 && newest >= 900;
     CHECK(kvq::detail::dependent_launch_supported(kvq::detail::decode_merge_kernel<Cfg>) == expected);
     CHECK(kvq::detail::dependent_launch_supported(kvq::detail::decode_tail_kernel<Cfg>) == expected);
-    CHECK(kvq::detail::dependent_launch_supported(kvq::detail::decode_records_kernel<Cfg, 1>) == expected);
+    CHECK(kvq::detail::dependent_launch_supported(kvq::detail::decode_records_kernel<Cfg, 1, kvq::DecodePolicy>) == expected);
+  }
+
+  TEST_CASE("decode: a DecodePolicy of other values runs kernels of its own, which match the reference") {
+    using Tuned = kvq_test_policy::TunedDecode;
+    const void* tuned = reinterpret_cast<const void*>(kvq::detail::decode_records_kernel<Cfg, 1, Tuned>);
+    const void* tuned_wide = reinterpret_cast<const void*>(kvq::detail::decode_records_kernel<Cfg, 2, Tuned>);
+    CHECK(tuned != reinterpret_cast<const void*>(kvq::detail::decode_records_kernel<Cfg, 1, kvq::DecodePolicy>));
+    CHECK(tuned_wide != reinterpret_cast<const void*>(kvq::detail::decode_records_kernel<Cfg, 2, kvq::DecodePolicy>));
+    kvq_test::check_decode_random<Cfg, Tuned>(8801, 16, 2);  // up to 16 new tokens: both forms of the kernel
   }
 
   TEST_CASE("decode: captured once in a CUDA graph, replayed with different lengths") {

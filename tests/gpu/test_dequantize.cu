@@ -9,7 +9,8 @@ namespace {
 
 // long_pages: the pages of sequence 2's prompt (40 by default; past kDequantMaxPageCtas the strided
 // kernel runs, whose blocks write several pages each).
-template <class Cfg>
+// Policy: the kernels' tuning.
+template <class Cfg, class Policy = kvq::DequantizePolicy>
 void check_dequantize(uint64_t seed, int long_pages = 40) {
   using T = typename Cfg::dtype;
   constexpr int P = Cfg::page, D = Cfg::head_dim;
@@ -36,8 +37,8 @@ void check_dequantize(uint64_t seed, int long_pages = 40) {
   KVQ_CUDA_CHECK(cudaMemset(d_k.get(), 0xff, d_k.size() * sizeof(T)));  // poisoned
   KVQ_CUDA_CHECK(cudaMemset(d_v.get(), 0xff, d_v.size() * sizeof(T)));
   kvq_test::DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
-  REQUIRE(kvq::dequantize<Cfg>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch, d_cu.get(),
-                               max_len, d_k.get(), d_v.get(), d_flags.get(), nullptr) == kvq::Status::kSuccess);
+  REQUIRE(kvq::dequantize<Cfg, Policy>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch, d_cu.get(),
+                                       max_len, d_k.get(), d_v.get(), d_flags.get(), nullptr) == kvq::Status::kSuccess);
   KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   CHECK(d_flags.download()[0] == 0u);
   const std::vector<T> gk = d_k.download(), gv = d_v.download();
@@ -57,8 +58,8 @@ void check_dequantize(uint64_t seed, int long_pages = 40) {
   for (int b = 2; b <= batch; ++b) short_cu[size_t(b)] -= 1;  // sequence 1 loses a row
   kvq_test::DeviceBuffer<int32_t> d_short(short_cu);
   kvq_test::DeviceBuffer<uint32_t> d_flags2(std::vector<uint32_t>{0u});
-  REQUIRE(kvq::dequantize<Cfg>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch,
-                               d_short.get(), max_len, d_k.get(), d_v.get(), d_flags2.get(), nullptr) ==
+  REQUIRE(kvq::dequantize<Cfg, Policy>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch,
+                                       d_short.get(), max_len, d_k.get(), d_v.get(), d_flags2.get(), nullptr) ==
           kvq::Status::kSuccess);
   KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   CHECK(((d_flags2.download()[0] & kvq::kFlagBadSequence) != 0u) == (host.len[1] > 0));
@@ -68,8 +69,8 @@ void check_dequantize(uint64_t seed, int long_pages = 40) {
     kvq_test::DeviceBuffer<uint32_t> fl(std::vector<uint32_t>{0u});
     KVQ_CUDA_CHECK(cudaMemset(d_k.get(), 0xff, d_k.size() * sizeof(T)));
     KVQ_CUDA_CHECK(cudaMemset(d_v.get(), 0xff, d_v.size() * sizeof(T)));
-    REQUIRE(kvq::dequantize<Cfg>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch, rows.get(),
-                                 max_len, d_k.get(), d_v.get(), fl.get(), nullptr) == kvq::Status::kSuccess);
+    REQUIRE(kvq::dequantize<Cfg, Policy>(dev.view(host), kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, batch, rows.get(),
+                                         max_len, d_k.get(), d_v.get(), fl.get(), nullptr) == kvq::Status::kSuccess);
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK((fl.download()[0] & kvq::kFlagBadSequence) != 0u);
     const std::vector<T> k = d_k.download();
@@ -96,15 +97,23 @@ void check_dequantize(uint64_t seed, int long_pages = 40) {
   dev.block_table.upload(host.block_table);
   // Arguments rejected on the host: outputs not 16-byte aligned, null pointers, negative bounds.
   const kvq::SeqLengths lens{dev.len.get(), dev.cold_len.get()};
-  CHECK(kvq::dequantize<Cfg>(dev.view(host), lens, batch, d_cu.get(), max_len, d_k.get() + 1, d_v.get(), d_flags.get(),
-                             nullptr) == kvq::Status::kInvalidShape);
-  CHECK(kvq::dequantize<Cfg>(dev.view(host), lens, batch, d_cu.get(), max_len, d_k.get(), nullptr, d_flags.get(),
-                             nullptr) == kvq::Status::kNullPointer);
-  CHECK(kvq::dequantize<Cfg>(dev.view(host), lens, -1, d_cu.get(), max_len, d_k.get(), d_v.get(), d_flags.get(),
-                             nullptr) == kvq::Status::kInvalidShape);
+  CHECK(kvq::dequantize<Cfg, Policy>(dev.view(host), lens, batch, d_cu.get(), max_len, d_k.get() + 1, d_v.get(), d_flags.get(),
+                                     nullptr) == kvq::Status::kInvalidShape);
+  CHECK(kvq::dequantize<Cfg, Policy>(dev.view(host), lens, batch, d_cu.get(), max_len, d_k.get(), nullptr, d_flags.get(),
+                                     nullptr) == kvq::Status::kNullPointer);
+  CHECK(kvq::dequantize<Cfg, Policy>(dev.view(host), lens, -1, d_cu.get(), max_len, d_k.get(), d_v.get(), d_flags.get(),
+                                     nullptr) == kvq::Status::kInvalidShape);
 }
 
 }  // namespace
+
+namespace kvq_test_policy {  // a named namespace: kernels' template arguments (not a function's local type)
+// Every member of DequantizePolicy changed: 256 threads, batches of 2 items, the strided kernel at
+// 4 blocks a multiprocessor.
+struct TunedDequantize : kvq::DequantizePolicy {
+  static constexpr int kThreads = 256, kBatch = 2, kStridedMinBlocks = 4;
+};
+}  // namespace kvq_test_policy
 
 TEST_SUITE("gpu") {
   TEST_CASE("dequantize: bit-identical to the host reference for int2, k4v2, int8, none") {
@@ -116,5 +125,10 @@ TEST_SUITE("gpu") {
   TEST_CASE("dequantize: past 512 pages a block writes several pages (the strided kernel), bit-identical") {
     check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 32, kvq::Int2<32>, kvq::Int2<32>>>(105, 1100);
     check_dequantize<kvq::CacheConfig<kvq::bf16, 256, 16, kvq::Int8, kvq::Int8>>(106, 600);
+  }
+  TEST_CASE("dequantize: a DequantizePolicy of other values (its own kernels) is as exact, both kernels") {
+    using Cfg = kvq::CacheConfig<kvq::bf16, 128, 32, kvq::Int2<32>, kvq::Int2<32>>;
+    check_dequantize<Cfg, kvq_test_policy::TunedDequantize>(107);
+    check_dequantize<Cfg, kvq_test_policy::TunedDequantize>(108, 1100);
   }
 }

@@ -29,6 +29,18 @@ kvq::PrefillPlan make_plan(int batch, int64_t max_tokens, int max_q, int64_t tot
 
 }  // namespace
 
+namespace kvq_test_policy {  // a named namespace: kernels' template arguments (not a function's local type)
+// The warp-specialized kernel with at most 3 stages, unpaired; and the paired kernel launched
+// without clusters (its CTAs then run unpaired).
+struct TunedPrefill : kvq::PrefillPolicy {
+  static constexpr int kWsMaxStages = 3;
+  static constexpr bool kWsPairs = false;
+};
+struct NoClusters : kvq::PrefillPolicy {
+  static constexpr bool kWsClusters = false;
+};
+}  // namespace kvq_test_policy
+
 TEST_SUITE("gpu") {
   TEST_CASE("prefill: arguments rejected on the host, with the Status that names the problem") {
     Fixture f({300, 40}, 81);
@@ -72,38 +84,52 @@ TEST_SUITE("gpu") {
     CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 2, 70, 400, 10, 20}, &p) == kvq::Status::kConfigMismatch);
     CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 2, kR, 400, 10, 20}, nullptr) == kvq::Status::kNullPointer);
     const kvq::PrefillShape ok{2, 6, 2, kR, 400, 10, 20};
-    CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma, 48) == kvq::Status::kInvalidShape);  // tile
-    CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, static_cast<kvq::PrefillKernel>(7)) == kvq::Status::kInvalidShape);
+    // A kernel forced by the tests' and benchmarks' planner (detail::plan_prefill_with).
+    using Choice = kvq::detail::PrefillChoice;
+    const auto plan_with = [&](const Choice& c) { return kvq::detail::plan_prefill_with<Cfg>(ok, &p, c); };
+    CHECK(plan_with(Choice{kvq::PrefillKernel::kWgmmaWs, 0, 48}) == kvq::Status::kInvalidShape);  // tile
+    CHECK(plan_with(Choice{static_cast<kvq::PrefillKernel>(7), 0, 0}) == kvq::Status::kInvalidShape);
+    CHECK(plan_with(Choice{static_cast<kvq::PrefillKernel>(1), 0, 0}) == kvq::Status::kInvalidShape);  // no kernel 1
+    CHECK(plan_with(Choice{kvq::PrefillKernel::kMmaSync, 0, 64}) == kvq::Status::kInvalidShape);  // tiles: wgmma_ws only
     if (kvq::detail::prefill_wgmma_available<Cfg>()) {
-      CHECK(kvq::plan_prefill<Cfg>(ok, &p, kvq::kPrefillRowsSmall, kvq::PrefillKernel::kWgmma) == kvq::Status::kInvalidShape);
-      CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs, 32) == kvq::Status::kInvalidShape);  // its tile is 64
+      CHECK(plan_with(Choice{kvq::PrefillKernel::kWgmmaWs, kvq::kPrefillRowsSmall, 0}) == kvq::Status::kInvalidShape);
+      CHECK(plan_with(Choice{kvq::PrefillKernel::kWgmmaWs, 0, 32}) == kvq::Status::kInvalidShape);  // its tile is 64
       REQUIRE(kvq::plan_prefill<Cfg>(ok, &p) == kvq::Status::kSuccess);
       CHECK(p.kernel == kvq::prefill_hopper_default<Cfg>());
       CHECK(p.kernel == kvq::PrefillKernel::kWgmmaWs);
       CHECK(p.tile_tokens == 64);
-      REQUIRE(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma) == kvq::Status::kSuccess);
-      CHECK(p.kernel == kvq::PrefillKernel::kWgmma);
-      CHECK(p.tile_tokens == kvq::prefill_wgmma_default_tile<Cfg>());
       // Neither role quantized: 128-token tiles by default, 64 on request, nothing else.
       using NoneCfg = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::NoQuant, kvq::NoQuant>;
+      const auto plan_none = [&](const Choice& c) { return kvq::detail::plan_prefill_with<NoneCfg>(ok, &p, c); };
       REQUIRE(kvq::plan_prefill<NoneCfg>(ok, &p) == kvq::Status::kSuccess);
       CHECK(p.kernel == kvq::PrefillKernel::kWgmmaWs);
       CHECK(p.tile_tokens == 128);
-      REQUIRE(kvq::plan_prefill<NoneCfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs, 64) == kvq::Status::kSuccess);
+      REQUIRE(plan_none(Choice{kvq::PrefillKernel::kWgmmaWs, 0, 64}) == kvq::Status::kSuccess);
       CHECK(p.tile_tokens == 64);
-      REQUIRE(kvq::plan_prefill<NoneCfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs, 128) == kvq::Status::kSuccess);
+      REQUIRE(plan_none(Choice{kvq::PrefillKernel::kWgmmaWs, 0, 128}) == kvq::Status::kSuccess);
       CHECK(p.tile_tokens == 128);
-      CHECK(kvq::plan_prefill<NoneCfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs, 32) == kvq::Status::kInvalidShape);
-      CHECK(kvq::plan_prefill<NoneCfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma, 128) == kvq::Status::kInvalidShape);
-      CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs, 128) == kvq::Status::kInvalidShape);  // quantized: 64 only
+      CHECK(plan_none(Choice{kvq::PrefillKernel::kWgmmaWs, 0, 32}) == kvq::Status::kInvalidShape);
+      CHECK(plan_with(Choice{kvq::PrefillKernel::kWgmmaWs, 0, 128}) == kvq::Status::kInvalidShape);  // quantized: 64 only
     } else {
-      CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmma) == kvq::Status::kNotInstantiated);
-      CHECK(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kWgmmaWs) == kvq::Status::kNotInstantiated);
+      CHECK(plan_with(Choice{kvq::PrefillKernel::kWgmmaWs, 0, 0}) == kvq::Status::kNotInstantiated);
     }
-    REQUIRE(kvq::plan_prefill<Cfg>(ok, &p, 0, kvq::PrefillKernel::kMmaSync) == kvq::Status::kSuccess);
+    REQUIRE(plan_with(Choice{kvq::PrefillKernel::kMmaSync, 0, 0}) == kvq::Status::kSuccess);
     CHECK(p.kernel == kvq::PrefillKernel::kMmaSync);
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(flags.download()[0] == 0u);
+  }
+
+  TEST_CASE("prefill: a PrefillPolicy of other values runs kernels of its own, which match the reference") {
+    static_assert(kvq::detail::PrefillWsSmem<Cfg, 64, kvq_test_policy::TunedPrefill>::stages == 3, "the policy's stages");
+    static_assert(!kvq::detail::prefill_ws_paired<Cfg, 64, kvq_test_policy::TunedPrefill>(), "unpaired");
+    static_assert(kvq::detail::prefill_ws_paired<Cfg, 64, kvq::PrefillPolicy>(), "the default pairs this configuration");
+    if (!kvq::detail::prefill_wgmma_available<Cfg>()) {
+      MESSAGE("no wgmma kernel for this configuration, build or GPU: skipped");
+      return;
+    }
+    kvq_test::ScopedPrefillChoice choice(kvq::PrefillKernel::kWgmmaWs, 0);
+    kvq_test::check_prefill_schedule<Cfg, kvq_test_policy::TunedPrefill>(8901);
+    kvq_test::check_prefill_schedule<Cfg, kvq_test_policy::NoClusters>(8902);
   }
 
   TEST_CASE("prefill: sequences rejected on the device keep their poisoned output, the others are computed") {

@@ -11,6 +11,7 @@
 // No host synchronisation, no allocation: capturable in a CUDA graph and replayable with any
 // lengths within the plan's bounds.
 //
+// Policy: the kernels' compile-time tuning (decode/policy.hpp); plan and run with the same one.
 // Definitions in decode_impl.cuh; instantiate per configuration: KVQ_INSTANTIATE_DECODE(Cfg).
 #pragma once
 
@@ -21,6 +22,7 @@
 #include "kvq/cache/config.hpp"
 #include "kvq/core/cuda_fwd.hpp"
 #include "kvq/decode/plan.hpp"
+#include "kvq/decode/policy.hpp"
 
 KVQ_NAMESPACE_BEGIN
 
@@ -28,10 +30,10 @@ KVQ_NAMESPACE_BEGIN
 // of the model dtype. A sequence whose lengths, slot or pages are invalid on the device, whose
 // rows [cu_q[b], cu_q[b+1]) lie outside [0, cu_q[batch]) (core/batch_rows.hpp), or which exceeds
 // the plan is skipped: its outputs are not written and kFlagBadSequence is set.
-template <class Cfg>
+template <class Cfg, class Policy = DecodePolicy>
 Status plan_decode(const DecodeShape& shape, DecodePlan* plan);
 
-template <class Cfg>
+template <class Cfg, class Policy = DecodePolicy>
 Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
               const DecodePlan& plan, void* workspace, size_t workspace_bytes, typename Cfg::dtype* out,
               uint32_t* flags, cudaStream_t stream);

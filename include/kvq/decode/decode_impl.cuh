@@ -113,21 +113,22 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) KVQ_HIDDEN
 }
 
 // The split kernel that carries `rows_per_cta` query rows a CTA (decode_rows_per_cta): f(kernel, its
-// dynamic shared memory) for the one kvq::decode launches and plan_decode<Cfg> sizes splits by.
+// dynamic shared memory) for the one kvq::decode<Cfg, Policy> launches and plan_decode<Cfg, Policy>
+// sizes splits by.
 // kDecodeManyRows: the many-row kernel (only where has_many_rows_kernel; kvq::decode refuses other
 // plans first); 16 at head dims up to 128: the two-row-tile records kernel; else the single-row-tile one.
-template <class Cfg, class F>
+template <class Cfg, class Policy, class F>
 Status with_split_kernel(int rows_per_cta, F&& f) {
   if constexpr (has_many_rows_kernel<Cfg>())
     if (rows_per_cta == kDecodeManyRows) return f(decode_rows_kernel<Cfg>, DecodeRowsSmem<Cfg>::bytes);
   if constexpr (Cfg::head_dim <= 128)
-    if (rows_per_cta == 16) return f(decode_records_kernel<Cfg, 2>, RecordsSmem<Cfg, 2>::bytes);
-  return f(decode_records_kernel<Cfg, 1>, RecordsSmem<Cfg, 1>::bytes);
+    if (rows_per_cta == 16) return f(decode_records_kernel<Cfg, 2, Policy>, RecordsSmem<Cfg, 2>::bytes);
+  return f(decode_records_kernel<Cfg, 1, Policy>, RecordsSmem<Cfg, 1>::bytes);
 }
 
 }  // namespace detail
 
-template <class Cfg>
+template <class Cfg, class Policy>
 Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
               const DecodePlan& plan, void* workspace, size_t workspace_bytes, typename Cfg::dtype* out,
               uint32_t* flags, cudaStream_t stream) {
@@ -150,7 +151,7 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
   if constexpr (records_path) {
     const int row_tiles = (group * plan.shape.max_q_len + plan.rows_per_cta - 1) / plan.rows_per_cta;
     const dim3 grid(unsigned(plan.max_splits), nb, unsigned(cache.num_kv_heads * row_tiles));
-    const Status launched = detail::with_split_kernel<Cfg>(plan.rows_per_cta, [&](auto kernel, size_t bytes) {
+    const Status launched = detail::with_split_kernel<Cfg, Policy>(plan.rows_per_cta, [&](auto kernel, size_t bytes) {
       return detail::launch_split_kernel(kernel, bytes, grid, stream, cache, batch, plan, ws, flags);
     });
     if (launched != Status::kSuccess) return launched;
@@ -176,7 +177,7 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
                                                       dim3(detail::kMergeThreads), 0, stream, batch, plan, ws, out, records_path));
 }
 
-template <class Cfg>
+template <class Cfg, class Policy>
 Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
   // Every kernel of the configuration is compiled for the same architectures: the merge kernel's
   // attributes decide for the chain (core/dependent_launch.cuh).
@@ -190,7 +191,7 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
       const int rows = detail::planned_rows_per_cta<Cfg>(shape);
       int regs = 0;
       size_t smem = 0;
-      const Status st = detail::with_split_kernel<Cfg>(rows, [&](auto kernel, size_t bytes) {
+      const Status st = detail::with_split_kernel<Cfg, Policy>(rows, [&](auto kernel, size_t bytes) {
         return detail::split_kernel_occupancy(kernel, bytes, &ctas_per_sm, &regs, &smem);
       });
       if (st != Status::kSuccess) return st;
@@ -221,11 +222,15 @@ Status plan_decode(const DecodeShape& shape, DecodePlan* plan) {
                      tails_per_slot, chained, many_rows);
 }
 
-#define KVQ_INSTANTIATE_DECODE(Cfg)                                                                           \
-  template ::kvq::Status kvq::decode<Cfg>(const ::kvq::CacheView<typename Cfg::dtype>&,                      \
-                                         const ::kvq::AttentionBatch<typename Cfg::dtype>&,                  \
-                                         const ::kvq::DecodePlan&, void*, size_t, typename Cfg::dtype*, uint32_t*, \
-                                         cudaStream_t);                                                       \
-  template ::kvq::Status kvq::plan_decode<Cfg>(const ::kvq::DecodeShape&, ::kvq::DecodePlan*)
+// One line per configuration, in one .cu file: KVQ_INSTANTIATE_DECODE(Cfg) compiles the decode of
+// DecodePolicy; KVQ_INSTANTIATE_DECODE_WITH_POLICY(Cfg, Policy) that of another policy (its own
+// kernels, beside the default's where both are instantiated).
+#define KVQ_INSTANTIATE_DECODE_WITH_POLICY(Cfg, Policy)                                                       \
+  template ::kvq::Status kvq::decode<Cfg, Policy>(const ::kvq::CacheView<typename Cfg::dtype>&,              \
+                                                 const ::kvq::AttentionBatch<typename Cfg::dtype>&,          \
+                                                 const ::kvq::DecodePlan&, void*, size_t, typename Cfg::dtype*, \
+                                                 uint32_t*, cudaStream_t);                                   \
+  template ::kvq::Status kvq::plan_decode<Cfg, Policy>(const ::kvq::DecodeShape&, ::kvq::DecodePlan*)
+#define KVQ_INSTANTIATE_DECODE(Cfg) KVQ_INSTANTIATE_DECODE_WITH_POLICY(Cfg, ::kvq::DecodePolicy)
 
 KVQ_NAMESPACE_END

@@ -29,9 +29,9 @@ constexpr int kDecodeManyRows = 64;     // query rows one CTA of the many-row ke
 // store the model dtype in both roles ("none": many_rows_kernel), more than 16 rows go to the
 // many-row kernel, kDecodeManyRows a CTA over tiles in shared memory, where the plan's batch holds
 // at least kDecodeManyRowsMinTokens tokens (batch_tokens: batch x max_tokens): with fewer, its
-// per-CTA fixed costs made it slower (batch 1 x 32K at q_len 8: +24 %, bench/NOTES.md run g6). For
-// quantized configurations that kernel's dequantization in shared memory measured slower than the
-// records kernel's unpacking (bench/NOTES.md, decode v18).
+// per-CTA fixed costs made it slower (measured on an H100: batch 1 x 32K at q_len 8 +24 %,
+// bench/NOTES.md run g6). For quantized configurations that kernel's dequantization in shared
+// memory measured slower than the records kernel's unpacking (H100, bench/NOTES.md run g2).
 constexpr int64_t kDecodeManyRowsMinTokens = int64_t(1) << 17;
 constexpr int decode_rows_per_cta(int head_dim, int group, int max_q_len, bool many_rows_kernel = false,
                                   int64_t batch_tokens = 0) {
@@ -103,7 +103,9 @@ constexpr int64_t decode_tail_item_us(int32_t span) {
   return kTailItemUs + int64_t(kTailRoundUs) * ((span + kDecodeTailChunksInFlight - 1) / kDecodeTailChunksInFlight);
 }
 // A records CTA's life (INT2 at D 128, wider formats take longer): ~6 us of prologue and epilogue
-// plus ~1 us a page of its split.
+// plus ~1 us a page of its split, estimated from H200 timings of the records kernel (bench/NOTES.md,
+// decode v9 and v10). It is only compared with the tail's costs above (measured on the same GPU),
+// so on another GPU what matters is their ratio.
 constexpr int64_t decode_records_cta_us(int64_t split_pages) { return 6 + split_pages; }
 // The tail beside the records kernel (its dependent launch) takes the room the one-wave records
 // grid leaves: free_slots records CTAs' worth, tails_per_slot tail CTAs each (0 when the device has

@@ -39,6 +39,7 @@
 #include "kvq/attention/token_source.hpp"
 #include "kvq/core/dependent_launch.cuh"
 #include "kvq/decode/plan.hpp"
+#include "kvq/decode/policy.hpp"
 #include "kvq/decode/record_tile.cuh"
 #include "kvq/decode/workspace.cuh"
 
@@ -72,26 +73,10 @@ struct RecordsSmem {
   static constexpr size_t bytes = q_bytes + (ring_bytes > red_bytes ? ring_bytes : red_bytes);
 };
 
-// CTAs per multiprocessor the single-row-tile kernel is compiled for (registers per thread at most
-// 65536 / (128 x this)); a tuning knob, measured in bench/NOTES.md.
-#ifndef KVQ_DECODE_RECORDS_MIN_CTAS
-#define KVQ_DECODE_RECORDS_MIN_CTAS 4
-#endif
-// CTAs per multiprocessor the two-row-tile kernel (NT 2: 9-16 query rows) is compiled for; a
-// tuning knob, measured in bench/NOTES.md.
-#ifndef KVQ_DECODE_RECORDS_MIN_CTAS_WIDE
-#define KVQ_DECODE_RECORDS_MIN_CTAS_WIDE 1
-#endif
-// Tiles of one online-softmax step where the ring has 4 stages (1 or 2; the copies in flight are
-// the other 4 - this); a tuning knob, measured in bench/NOTES.md.
-#ifndef KVQ_DECODE_RECORDS_STEP
-#define KVQ_DECODE_RECORDS_STEP 2
-#endif
-static_assert(KVQ_DECODE_RECORDS_STEP == 1 || KVQ_DECODE_RECORDS_STEP == 2, "a step of 1 or 2 tiles");
-
-template <class Cfg, int NT>
-__global__ void __launch_bounds__(kDecodeWarps * 32,
-                                  NT == 1 ? KVQ_DECODE_RECORDS_MIN_CTAS : KVQ_DECODE_RECORDS_MIN_CTAS_WIDE) KVQ_HIDDEN
+// Policy: a DecodePolicy (decode/policy.hpp): the CTAs per multiprocessor each form is compiled
+// for, the tiles of a softmax step.
+template <class Cfg, int NT, class Policy>
+__global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas : Policy::kMinCtasWide) KVQ_HIDDEN
     decode_records_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
                           DecodeWorkspace ws, uint32_t* flags) {
   using T = typename Cfg::dtype;
@@ -99,6 +84,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   using L = RecordsSmem<Cfg, NT>;
   constexpr int D = Cfg::head_dim, P = Cfg::page, ROWS = 8 * NT, KS = D / 16, MT = D / 16, S = L::stages;
   constexpr int TPP = P / 16;  // tiles per page
+  static_assert(Policy::kStep == 1 || Policy::kStep == 2, "a step of 1 or 2 tiles");
   // Its own name: an extern __shared__ array is one symbol per translation unit, and the prefill
   // kernel's is 16-byte aligned. 128: q_bytes is a multiple of 128, so the rings start on a
   // 128-byte line, and so does every stage where Tile::bytes is a multiple of 128 (all formats at
@@ -151,7 +137,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32,
   // when a macro-iteration covers whole pages (U >= TPP), its place in the page are compile-time
   // constants: every copy address is a register plus an immediate. Within a macro-iteration the
   // tiles go in steps of W (2 when the ring has 4 stages): one online-softmax update per step.
-  constexpr int U = S, W = (S == 4 && TPP >= 2) ? KVQ_DECODE_RECORDS_STEP : 1;
+  constexpr int U = S, W = (S == 4 && TPP >= 2) ? Policy::kStep : 1;
   constexpr int SPM = U / W;                    // steps per macro-iteration (2 or 4)
   // The loop's form: software-pipelined by one step in the two-row-tile kernel (2 CTAs, 8 warps a
   // multiprocessor: a warp's own independent work is what hides its latencies), one step after the

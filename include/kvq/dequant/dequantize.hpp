@@ -15,6 +15,7 @@
 #include "kvq/cache/view.hpp"
 #include "kvq/core/cuda_fwd.hpp"
 #include "kvq/core/status.hpp"
+#include "kvq/dequant/policy.hpp"
 
 KVQ_NAMESPACE_BEGIN
 
@@ -23,7 +24,8 @@ KVQ_NAMESPACE_BEGIN
 // [cu_out[b], cu_out[b] + len); k_out and v_out 16-byte aligned (kInvalidShape otherwise).
 // max_len: host bound on len (sizes the grid). A sequence with bad lengths, slot, pages, fewer
 // rows than tokens, or rows outside [0, cu_out[batch]) is skipped and kFlagBadSequence set.
-template <class Cfg>
+// Policy: the kernels' compile-time tuning (dequant/policy.hpp).
+template <class Cfg, class Policy = DequantizePolicy>
 Status dequantize(const CacheView<typename Cfg::dtype>& cache, const SeqLengths& lengths, int batch,
                   const int32_t* cu_out, int64_t max_len, typename Cfg::dtype* k_out, typename Cfg::dtype* v_out,
                   uint32_t* flags, cudaStream_t stream);

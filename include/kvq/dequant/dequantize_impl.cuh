@@ -22,26 +22,12 @@
 #include "kvq/core/batch_rows.hpp"
 #include "kvq/core/launch.cuh"
 #include "kvq/dequant/dequantize.hpp"
+#include "kvq/dequant/policy.hpp"
 #include "kvq/quant/chunk_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
-// Threads per block and items a thread decodes before storing any: tuning knobs, measured in
-// bench/NOTES.md (128 x batches of 4: each thread handles 8 items of a 64-token page at D 128).
-// The strided kernel (below) is compiled for KVQ_DEQUANT_STRIDED_MIN_BLOCKS blocks a
-// multiprocessor: 77-96 registers without spills (~106 unbounded; 6 blocks spill 32 bytes), where
-// the one-page kernel takes 40-72.
-#ifndef KVQ_DEQUANT_THREADS
-#define KVQ_DEQUANT_THREADS 128
-#endif
-#ifndef KVQ_DEQUANT_STRIDED_MIN_BLOCKS
-#define KVQ_DEQUANT_STRIDED_MIN_BLOCKS 5
-#endif
-#ifndef KVQ_DEQUANT_BATCH
-#define KVQ_DEQUANT_BATCH 4
-#endif
-constexpr int kDequantThreads = KVQ_DEQUANT_THREADS;
 // Blocks along a sequence's pages. Every block checks all of its sequence's page ids before it
 // writes (a sequence with a bad id is left entirely unwritten), so with one block a page that
 // check costs pages^2 loads per sequence and head: at 1M tokens and page 16, ~4 x 10^9. Past this
@@ -86,17 +72,17 @@ KVQ_DEVICE uint4 pack_decoded_chunk(const float (&f)[kDequantChunk]) {
 // Page t0 / P of sequence b, head h (t0 < s.len): its tokens' K and V rows from output row
 // *row0 + t0 on (s: the sequence's checked lengths and slot; row0 points at cu_out[b], read at
 // each store as before the page function existed, which keeps the one-page kernel's code).
-template <class Cfg>
+template <class Cfg, class Policy>
 KVQ_DEVICE void dequantize_page(const CacheView<typename Cfg::dtype>& v, const SeqAttention& s, int b, int h, int64_t t0,
                                 const int32_t* row0, typename Cfg::dtype* k_out, typename Cfg::dtype* v_out) {
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page;
-  constexpr int chunks = D / kDequantChunk, items = P * chunks;
+  constexpr int chunks = D / kDequantChunk, items = P * chunks, threads = Policy::kThreads;
   auto out_offset = [&](int idx) { return (size_t(*row0 + t0 + idx / chunks) * v.num_kv_heads + h) * D + (idx % chunks) * kDequantChunk; };
-  if constexpr (items % kDequantThreads == 0) {
+  if constexpr (items % threads == 0) {
     if (t0 + P <= s.cold && t0 + P <= s.len && (t0 > 0 || v.sinks == 0)) {  // a full cold page without sinks: one record
-      constexpr int per_thread = items / kDequantThreads;
-      constexpr int batch = per_thread < KVQ_DEQUANT_BATCH ? per_thread : KVQ_DEQUANT_BATCH;
+      constexpr int per_thread = items / threads;
+      constexpr int batch = per_thread < Policy::kBatch ? per_thread : Policy::kBatch;
       static_assert(per_thread % batch == 0, "whole batches of items");
       const uint8_t* record =
           v.cold + record_offset(v.block_table[int64_t(b) * v.max_pages_per_seq + t0 / P], h, v.num_kv_heads, Cfg::record_bytes);
@@ -104,7 +90,7 @@ KVQ_DEVICE void dequantize_page(const CacheView<typename Cfg::dtype>& v, const S
         uint4 kq[batch], vq[batch];
         KVQ_UNROLL
         for (int j = 0; j < batch; ++j) {
-          const int idx = threadIdx.x + (i0 + j) * kDequantThreads;
+          const int idx = threadIdx.x + (i0 + j) * threads;
           float kf[kDequantChunk], vf[kDequantChunk];
           decode_record_chunk<Cfg, Role::kKey>(record, idx / chunks, (idx % chunks) * kDequantChunk, kf);
           decode_record_chunk<Cfg, Role::kValue>(record, idx / chunks, (idx % chunks) * kDequantChunk, vf);
@@ -113,7 +99,7 @@ KVQ_DEVICE void dequantize_page(const CacheView<typename Cfg::dtype>& v, const S
         }
         KVQ_UNROLL
         for (int j = 0; j < batch; ++j) {
-          const size_t o = out_offset(threadIdx.x + (i0 + j) * kDequantThreads);
+          const size_t o = out_offset(threadIdx.x + (i0 + j) * threads);
           *reinterpret_cast<uint4*>(k_out + o) = kq[j];
           *reinterpret_cast<uint4*>(v_out + o) = vq[j];
         }
@@ -147,7 +133,7 @@ KVQ_DEVICE void dequantize_page(const CacheView<typename Cfg::dtype>& v, const S
 // The blocks' work: check sequence blockIdx.y (its lengths, slot, rows and every page id), then
 // write its pages blockIdx.x (Strided false) or blockIdx.x, blockIdx.x + gridDim.x, ... (true) for
 // KV head blockIdx.z.
-template <class Cfg, bool Strided>
+template <class Cfg, bool Strided, class Policy>
 KVQ_DEVICE void dequantize_blocks(const CacheView<typename Cfg::dtype>& v, const SeqLengths& lengths, const int32_t* cu_out,
                                   int64_t max_len, typename Cfg::dtype* k_out, typename Cfg::dtype* v_out, uint32_t* flags) {
   constexpr int P = Cfg::page;
@@ -175,30 +161,31 @@ KVQ_DEVICE void dequantize_blocks(const CacheView<typename Cfg::dtype>& v, const
   if constexpr (Strided) {
 #pragma unroll 1
     for (int64_t t0 = int64_t(blockIdx.x) * P; t0 < s.len; t0 += int64_t(gridDim.x) * P)
-      dequantize_page<Cfg>(v, s, b, h, t0, cu_out + b, k_out, v_out);
+      dequantize_page<Cfg, Policy>(v, s, b, h, t0, cu_out + b, k_out, v_out);
   } else if (int64_t(blockIdx.x) * P < s.len) {
-    dequantize_page<Cfg>(v, s, b, h, int64_t(blockIdx.x) * P, cu_out + b, k_out, v_out);
+    dequantize_page<Cfg, Policy>(v, s, b, h, int64_t(blockIdx.x) * P, cu_out + b, k_out, v_out);
   }
 }
 
-// One block a page (at most kDequantMaxPageCtas pages a sequence).
-template <class Cfg>
-__global__ void __launch_bounds__(kDequantThreads) KVQ_HIDDEN
+// One block a page (at most kDequantMaxPageCtas pages a sequence). Policy: a DequantizePolicy
+// (dequant/policy.hpp).
+template <class Cfg, class Policy>
+__global__ void __launch_bounds__(Policy::kThreads) KVQ_HIDDEN
     dequantize_kernel(CacheView<typename Cfg::dtype> v, SeqLengths lengths, const int32_t* cu_out, int64_t max_len,
                       typename Cfg::dtype* k_out, typename Cfg::dtype* v_out, uint32_t* flags) {
-  dequantize_blocks<Cfg, false>(v, lengths, cu_out, max_len, k_out, v_out, flags);
+  dequantize_blocks<Cfg, false, Policy>(v, lengths, cu_out, max_len, k_out, v_out, flags);
 }
 
 // kDequantMaxPageCtas blocks a sequence, each writing every kDequantMaxPageCtas-th page.
-template <class Cfg>
-__global__ void __launch_bounds__(kDequantThreads, KVQ_DEQUANT_STRIDED_MIN_BLOCKS) KVQ_HIDDEN
+template <class Cfg, class Policy>
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kStridedMinBlocks) KVQ_HIDDEN
     dequantize_strided_kernel(CacheView<typename Cfg::dtype> v, SeqLengths lengths, const int32_t* cu_out, int64_t max_len,
                               typename Cfg::dtype* k_out, typename Cfg::dtype* v_out, uint32_t* flags) {
-  dequantize_blocks<Cfg, true>(v, lengths, cu_out, max_len, k_out, v_out, flags);
+  dequantize_blocks<Cfg, true, Policy>(v, lengths, cu_out, max_len, k_out, v_out, flags);
 }
 }  // namespace detail
 
-template <class Cfg>
+template <class Cfg, class Policy>
 Status dequantize(const CacheView<typename Cfg::dtype>& cache, const SeqLengths& lengths, int batch,
                   const int32_t* cu_out, int64_t max_len, typename Cfg::dtype* k_out, typename Cfg::dtype* v_out,
                   uint32_t* flags, cudaStream_t stream) {
@@ -212,13 +199,17 @@ Status dequantize(const CacheView<typename Cfg::dtype>& cache, const SeqLengths&
   const int64_t pages = (max_len + Cfg::page - 1) / Cfg::page;
   const bool strided = pages > detail::kDequantMaxPageCtas;
   const dim3 grid(unsigned(strided ? detail::kDequantMaxPageCtas : pages), unsigned(batch), unsigned(cache.num_kv_heads));
-  auto* kernel = strided ? detail::dequantize_strided_kernel<Cfg> : detail::dequantize_kernel<Cfg>;
-  return detail::launch(kernel, grid, dim3(detail::kDequantThreads), 0, stream, cache, lengths, cu_out, max_len, k_out, v_out, flags);
+  auto* kernel = strided ? detail::dequantize_strided_kernel<Cfg, Policy> : detail::dequantize_kernel<Cfg, Policy>;
+  return detail::launch(kernel, grid, dim3(Policy::kThreads), 0, stream, cache, lengths, cu_out, max_len, k_out, v_out, flags);
 }
 
-#define KVQ_INSTANTIATE_DEQUANTIZE(Cfg)                                                                         \
-  template ::kvq::Status kvq::dequantize<Cfg>(const ::kvq::CacheView<typename Cfg::dtype>&,                    \
-                                             const ::kvq::SeqLengths&, int, const int32_t*, int64_t,           \
-                                             typename Cfg::dtype*, typename Cfg::dtype*, uint32_t*, cudaStream_t)
+// KVQ_INSTANTIATE_DEQUANTIZE(Cfg): the dequantize of DequantizePolicy; ..._WITH_POLICY(Cfg, Policy):
+// that of another policy (its own kernels).
+#define KVQ_INSTANTIATE_DEQUANTIZE_WITH_POLICY(Cfg, Policy)                                                      \
+  template ::kvq::Status kvq::dequantize<Cfg, Policy>(const ::kvq::CacheView<typename Cfg::dtype>&,             \
+                                                     const ::kvq::SeqLengths&, int, const int32_t*, int64_t,    \
+                                                     typename Cfg::dtype*, typename Cfg::dtype*, uint32_t*,     \
+                                                     cudaStream_t)
+#define KVQ_INSTANTIATE_DEQUANTIZE(Cfg) KVQ_INSTANTIATE_DEQUANTIZE_WITH_POLICY(Cfg, ::kvq::DequantizePolicy)
 
 KVQ_NAMESPACE_END

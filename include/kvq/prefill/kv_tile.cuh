@@ -189,7 +189,7 @@ KVQ_DEVICE void issue_tile_bulk(const TileSource<typename Cfg::dtype>& src, int6
   }
 }
 
-// ---- what both prefill kernels (prefill_kernel.cuh, prefill_wgmma_kernel.cuh) do before their loop ----
+// ---- what both prefill kernels (prefill_kernel.cuh, prefill_ws_kernel.cuh) do before their loop ----
 
 // The query rows of a prefill CTA: `rows` = GQA group x q_len of its sequence (0 when the
 // sequence was rejected), the CTA's first row `row0`, and the position of its last row.

@@ -25,23 +25,13 @@ constexpr int prefill_rows_per_cta(int head_dim, bool /*quantized*/) {
 
 // The tensor-core kernel that serves a plan: mma.sync (sm_80 and sm_90, every head dim; CTAs of
 // kPrefillRowsSmall or kPrefillRowsLarge rows) or, on Hopper (an sm_90a build on a compute
-// capability 9.0 GPU, head dims 64 and 128, kPrefillRowsLarge rows a CTA): wgmma (two
-// warpgroups that copy, dequantize and multiply in turn; K/V tiles of tile_tokens = 32 or 64) or
-// wgmma_ws (warp-specialized: two producer warpgroups copy and dequantize 64-token tiles for two
-// consumer warpgroups). kAuto: the Hopper default where available (prefill_hopper_default).
-enum class PrefillKernel : int32_t { kAuto = -1, kMmaSync = 0, kWgmma = 1, kWgmmaWs = 2 };
-// The wgmma kernel's default K/V tile for configuration Cfg (measured: bench/RESULTS.md, "Chunked
-// prefill v5"): 64 tokens (one CTA per SM) when a role holds INT2 / INT4 codes, whose
-// dequantization a longer tile amortizes better; 32 tokens (two CTAs per SM) for "none" and INT8.
-template <class Cfg>
-constexpr int prefill_wgmma_default_tile() {
-  return Cfg::k_quant::kind == QuantKind::kAsym || Cfg::v_quant::kind == QuantKind::kAsym ? 64 : 32;
-}
+// capability 9.0 GPU, head dims 64 and 128, kPrefillRowsLarge rows a CTA), wgmma_ws
+// (warp-specialized: two producer warpgroups copy and dequantize K/V tiles for two consumer
+// warpgroups). kAuto: the Hopper kernel where available (prefill_hopper_default). The values are
+// the ones the benchmarks' CSVs record.
+enum class PrefillKernel : int32_t { kAuto = -1, kMmaSync = 0, kWgmmaWs = 2 };
 
-// The Hopper kernel kAuto takes for configuration Cfg where the wgmma kernels are available: the
-// warp-specialized one, faster than the two-warpgroup kernel in 39 of the 40 benchmarked cells
-// (every format, chunks 2048 / 8192, prefixes 0 / 30720 / 122880) and tied in the other
-// (bench/RESULTS.md, "Chunked prefill v6").
+// The Hopper kernel kAuto takes for configuration Cfg where the wgmma kernels are available.
 template <class Cfg>
 constexpr PrefillKernel prefill_hopper_default() {
   return PrefillKernel::kWgmmaWs;
@@ -65,8 +55,8 @@ struct PrefillPlan {
   int32_t head_dim, page;
   size_t record_bytes;
   int32_t rows_per_cta;      // kPrefillRowsSmall or kPrefillRowsLarge
-  PrefillKernel kernel;      // kMmaSync or kWgmma (never kAuto in a plan)
-  int32_t tile_tokens;       // K/V tile of the wgmma kernel (32 or 64); 0 for mma.sync
+  PrefillKernel kernel;      // kMmaSync or kWgmmaWs (never kAuto in a plan)
+  int32_t tile_tokens;       // K/V tile of the wgmma_ws kernel (64 or 128); 0 for mma.sync
   int32_t row_tiles;         // CTAs per (sequence, KV head): ceil(group * max_q_len / rows_per_cta)
   int32_t transition_pages;  // R/P + 1
   size_t transition_offset, workspace_bytes;

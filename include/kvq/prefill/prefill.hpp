@@ -21,24 +21,21 @@
 #include "kvq/cache/config.hpp"
 #include "kvq/core/cuda_fwd.hpp"
 #include "kvq/prefill/plan.hpp"
+#include "kvq/prefill/policy.hpp"
 
 KVQ_NAMESPACE_BEGIN
 
-// rows_per_cta: 0 (the default choice) or kPrefillRowsSmall / kPrefillRowsLarge. kernel: kAuto
-// takes the Hopper kernel prefill_hopper_default<Cfg>() where this build and the current device
-// have the wgmma kernels (and rows_per_cta is 0 or kPrefillRowsLarge), else mma.sync; kWgmma or
-// kWgmmaWs where they are not available is kNotInstantiated. tile_tokens: the K/V tile, 0 (the
-// kernel's default: prefill_wgmma_default_tile for kWgmma, detail::prefill_ws_tile for kWgmmaWs),
-// 32 or 64 (kWgmma), 64 or, where neither role is quantized, 128 (kWgmmaWs).
+// The plan's kernel (PrefillKernel, plan.hpp): the warp-specialized wgmma kernel where this build
+// and the current device have it (Hopper, an sm_90a build, head dims 64 and 128), else mma.sync.
 template <class Cfg>
-Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_cta = 0,
-                    PrefillKernel kernel = PrefillKernel::kAuto, int tile_tokens = 0);
+Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan);
 
 // cache, batch, workspace, out, flags: device memory. out: [cu_q[batch]][num_q_heads][head_dim]
 // of the model dtype. A sequence whose lengths, slot or pages are invalid on the device, whose
 // rows [cu_q[b], cu_q[b+1]) lie outside [0, cu_q[batch]) (core/batch_rows.hpp), or which exceeds
 // the plan is skipped: its outputs are not written and kFlagBadSequence is set.
-template <class Cfg>
+// Policy: the kernels' compile-time tuning (prefill/policy.hpp).
+template <class Cfg, class Policy = PrefillPolicy>
 Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
                const PrefillPlan& plan, void* workspace, size_t workspace_bytes, typename Cfg::dtype* out,
                uint32_t* flags, cudaStream_t stream);

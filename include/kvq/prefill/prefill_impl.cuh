@@ -6,8 +6,8 @@
 //     quantized into the workspace with the append's own code, so the result does not depend on
 //     whether the step's append ran before;
 //  2. the attention kernel, grid (row tiles, batch, KV heads): prefill_kernel.cuh (mma.sync, 128
-//     threads) or, where the plan says so, prefill_wgmma_kernel.cuh (Hopper wgmma, 256 threads) or
-//     prefill_ws_kernel.cuh (Hopper wgmma, warp-specialized, 512 threads).
+//     threads) or, where the plan says so, prefill_ws_kernel.cuh (Hopper wgmma, warp-specialized,
+//     512 threads).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,19 +19,12 @@
 #include "kvq/core/launch.cuh"
 #include "kvq/prefill/prefill.hpp"
 #include "kvq/prefill/prefill_kernel.cuh"
-#include "kvq/prefill/prefill_wgmma_kernel.cuh"
 #include "kvq/prefill/prefill_ws_kernel.cuh"
 
 KVQ_NAMESPACE_BEGIN
 
 namespace detail {
-// The warp-specialized kernel's paired CTAs (prefill_ws_kernel.cuh) need a launch in clusters of
-// two; 0 launches without clusters (the kernel then runs unpaired; a measurement knob).
-#ifndef KVQ_PREFILL_WS_CLUSTERS
-#define KVQ_PREFILL_WS_CLUSTERS 1
-#endif
-
-// Any of the three attention kernels (they share their parameters): its dynamic shared memory
+// Either attention kernel (they share their parameters): its dynamic shared memory
 // allowed, then launched over (row tiles, batch, KV heads). pairs: in clusters of two CTAs along the
 // row tiles (the warp-specialized kernel's paired CTAs), the row-tile count rounded up to even.
 template <class T>
@@ -70,41 +63,58 @@ bool prefill_wgmma_available() {
     return cudaGetDevice(&dev) == cudaSuccess && wgmma_available<Cfg>(dev);
   }
 }
-}  // namespace detail
 
-// rows_per_cta: 0 picks prefill_rows_per_cta(head_dim, quantized); kPrefillRowsSmall or
-// kPrefillRowsLarge force one (benchmarks compare them).
+// A kernel chosen by the caller instead of plan_prefill<Cfg>'s choice, for the tests and benchmarks
+// that compare the kernels: not part of the public interface.
+//   kernel: kAuto (plan_prefill<Cfg>'s choice: the warp-specialized kernel where this build and the
+//     current device have it and rows_per_cta is 0 or kPrefillRowsLarge, else mma.sync), kMmaSync,
+//     or kWgmmaWs (kNotInstantiated where it is not available).
+//   rows_per_cta: 0 (prefill_rows_per_cta) or kPrefillRowsSmall / kPrefillRowsLarge.
+//   tile_tokens: 0 (the kernel's tile, prefill_ws_tile), or with kWgmmaWs 64 or, where neither role
+//     is quantized, 128.
+struct PrefillChoice {
+  PrefillKernel kernel = PrefillKernel::kAuto;
+  int rows_per_cta = 0;
+  int tile_tokens = 0;
+};
+
 template <class Cfg>
-Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan, int rows_per_cta, PrefillKernel kernel, int tile_tokens) {
+Status plan_prefill_with(const PrefillShape& shape, PrefillPlan* plan, PrefillChoice choice) {
   constexpr bool quantized = Cfg::k_quant::kind != QuantKind::kNone || Cfg::v_quant::kind != QuantKind::kNone;
-  if (kernel != PrefillKernel::kAuto && kernel != PrefillKernel::kMmaSync && kernel != PrefillKernel::kWgmma &&
-      kernel != PrefillKernel::kWgmmaWs)
+  PrefillKernel kernel = choice.kernel;
+  int rows_per_cta = choice.rows_per_cta;
+  const int tile_tokens = choice.tile_tokens;
+  if (kernel != PrefillKernel::kAuto && kernel != PrefillKernel::kMmaSync && kernel != PrefillKernel::kWgmmaWs)
     return Status::kInvalidShape;
-  if (tile_tokens != 0 && tile_tokens != 32 && tile_tokens != 64 && tile_tokens != 128) return Status::kInvalidShape;
-  const bool available = detail::prefill_wgmma_available<Cfg>();
+  if (tile_tokens != 0 && tile_tokens != 64 && tile_tokens != 128) return Status::kInvalidShape;
+  const bool available = prefill_wgmma_available<Cfg>();
   if (kernel == PrefillKernel::kAuto && (rows_per_cta == 0 || rows_per_cta == kPrefillRowsLarge) && available)
     kernel = prefill_hopper_default<Cfg>();
-  if (kernel == PrefillKernel::kWgmma || kernel == PrefillKernel::kWgmmaWs) {
+  if (kernel == PrefillKernel::kWgmmaWs) {
     if (!available) return Status::kNotInstantiated;
     if (rows_per_cta != 0 && rows_per_cta != kPrefillRowsLarge) return Status::kInvalidShape;
-    const bool ws = kernel == PrefillKernel::kWgmmaWs;
-    if (!ws && tile_tokens == 128) return Status::kInvalidShape;  // 32 or 64 for the two-warpgroup kernel
-    if (ws && tile_tokens != 0 && tile_tokens != detail::kPrefillWsTile && tile_tokens != detail::prefill_ws_tile<Cfg>())
+    if (tile_tokens != 0 && tile_tokens != kPrefillWsTile && tile_tokens != prefill_ws_tile<Cfg>())
       return Status::kInvalidShape;
     const Status st = plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, kPrefillRowsLarge, plan);
     if (st == Status::kSuccess) {
       plan->kernel = kernel;
-      plan->tile_tokens = ws ? (tile_tokens ? tile_tokens : detail::prefill_ws_tile<Cfg>())
-                             : tile_tokens ? tile_tokens : prefill_wgmma_default_tile<Cfg>();
+      plan->tile_tokens = tile_tokens ? tile_tokens : prefill_ws_tile<Cfg>();
     }
     return st;
   }
+  if (tile_tokens != 0) return Status::kInvalidShape;  // a tile of the warp-specialized kernel
   if (rows_per_cta == 0) rows_per_cta = prefill_rows_per_cta(Cfg::head_dim, quantized);
   if (Cfg::head_dim > 128 && rows_per_cta != kPrefillRowsSmall) return Status::kInvalidShape;  // registers
   return plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, rows_per_cta, plan);
 }
+}  // namespace detail
 
 template <class Cfg>
+Status plan_prefill(const PrefillShape& shape, PrefillPlan* plan) {
+  return detail::plan_prefill_with<Cfg>(shape, plan, detail::PrefillChoice{});
+}
+
+template <class Cfg, class Policy>
 Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
                const PrefillPlan& plan, void* workspace, size_t workspace_bytes, typename Cfg::dtype* out,
                uint32_t* flags, cudaStream_t stream) {
@@ -121,29 +131,19 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
   Status launched = detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, transition, stream);
   if (launched != Status::kSuccess) return launched;
   launched = Status::kInvalidShape;
-  if (plan.kernel == PrefillKernel::kWgmma || plan.kernel == PrefillKernel::kWgmmaWs) {
+  if (plan.kernel == PrefillKernel::kWgmmaWs) {
     // A plan for the wgmma kernel comes from a binary and device that have it (plan_prefill<Cfg>).
     if constexpr (Cfg::head_dim <= 128) {
-      if (plan.kernel == PrefillKernel::kWgmmaWs) {
-        auto launch_ws = [&](auto bn) {  // the warp-specialized kernel with tiles of bn tokens
-          constexpr int BN = decltype(bn)::value;
-          return detail::launch_prefill_kernel(detail::prefill_ws_kernel<Cfg, BN>, detail::kPrefillWsThreads,
-                                               detail::PrefillWsSmem<Cfg, BN>::bytes, cache, batch, plan, transition, out,
-                                               flags, stream, detail::prefill_ws_paired<Cfg, BN>() && KVQ_PREFILL_WS_CLUSTERS);
-        };
-        if (plan.tile_tokens == detail::kPrefillWsTile) launched = launch_ws(std::integral_constant<int, detail::kPrefillWsTile>{});
-        if constexpr (detail::prefill_ws_tile<Cfg>() != detail::kPrefillWsTile)
-          if (plan.tile_tokens == detail::prefill_ws_tile<Cfg>())
-            launched = launch_ws(std::integral_constant<int, detail::prefill_ws_tile<Cfg>()>{});
-      }
-      else if (plan.tile_tokens == 32)
-        launched = detail::launch_prefill_kernel(detail::prefill_wgmma_kernel<Cfg, 32>, detail::kPrefillWgmmaThreads,
-                                                detail::PrefillWgmmaSmem<Cfg, 32>::bytes, cache, batch, plan, transition, out,
-                                                flags, stream);
-      else if (plan.tile_tokens == 64)
-        launched = detail::launch_prefill_kernel(detail::prefill_wgmma_kernel<Cfg, 64>, detail::kPrefillWgmmaThreads,
-                                                detail::PrefillWgmmaSmem<Cfg, 64>::bytes, cache, batch, plan, transition, out,
-                                                flags, stream);
+      auto launch_ws = [&](auto bn) {  // the warp-specialized kernel with tiles of bn tokens
+        constexpr int BN = decltype(bn)::value;
+        return detail::launch_prefill_kernel(detail::prefill_ws_kernel<Cfg, BN, Policy>, detail::kPrefillWsThreads,
+                                             detail::PrefillWsSmem<Cfg, BN, Policy>::bytes, cache, batch, plan, transition, out,
+                                             flags, stream, detail::prefill_ws_paired<Cfg, BN, Policy>() && Policy::kWsClusters);
+      };
+      if (plan.tile_tokens == detail::kPrefillWsTile) launched = launch_ws(std::integral_constant<int, detail::kPrefillWsTile>{});
+      if constexpr (detail::prefill_ws_tile<Cfg>() != detail::kPrefillWsTile)
+        if (plan.tile_tokens == detail::prefill_ws_tile<Cfg>())
+          launched = launch_ws(std::integral_constant<int, detail::prefill_ws_tile<Cfg>()>{});
     } else {
       launched = Status::kNotInstantiated;
     }
@@ -159,11 +159,16 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
   return launched;
 }
 
-#define KVQ_INSTANTIATE_PREFILL(Cfg)                                                                              \
-  template ::kvq::Status kvq::prefill<Cfg>(const ::kvq::CacheView<typename Cfg::dtype>&,                          \
-                                          const ::kvq::AttentionBatch<typename Cfg::dtype>&,                      \
-                                          const ::kvq::PrefillPlan&, void*, size_t, typename Cfg::dtype*, uint32_t*, \
-                                          cudaStream_t);                                                          \
-  template ::kvq::Status kvq::plan_prefill<Cfg>(const ::kvq::PrefillShape&, ::kvq::PrefillPlan*, int, ::kvq::PrefillKernel, int)
+// KVQ_INSTANTIATE_PREFILL(Cfg): plan_prefill<Cfg> and the prefill of PrefillPolicy;
+// KVQ_INSTANTIATE_PREFILL_WITH_POLICY(Cfg, Policy): the prefill of another policy (its own
+// kernels; the plan does not depend on the policy).
+#define KVQ_INSTANTIATE_PREFILL_WITH_POLICY(Cfg, Policy)                                                             \
+  template ::kvq::Status kvq::prefill<Cfg, Policy>(const ::kvq::CacheView<typename Cfg::dtype>&,                    \
+                                                  const ::kvq::AttentionBatch<typename Cfg::dtype>&,                \
+                                                  const ::kvq::PrefillPlan&, void*, size_t, typename Cfg::dtype*,   \
+                                                  uint32_t*, cudaStream_t)
+#define KVQ_INSTANTIATE_PREFILL(Cfg)                                                                                 \
+  KVQ_INSTANTIATE_PREFILL_WITH_POLICY(Cfg, ::kvq::PrefillPolicy);                                                   \
+  template ::kvq::Status kvq::plan_prefill<Cfg>(const ::kvq::PrefillShape&, ::kvq::PrefillPlan*)
 
 KVQ_NAMESPACE_END

@@ -3,7 +3,7 @@
 // mbarriers instead of CTA-wide barriers (the structure of FlashAttention-3).
 //
 // CTA = (row tile, sequence, KV head), 4 warpgroups, kPrefillRowsLarge query rows (chunk tokens x
-// GQA heads of one KV head, token-major, as in prefill_wgmma_kernel.cuh).
+// GQA heads of one KV head, token-major, as in prefill_kernel.cuh).
 //   warpgroups 0 and 1, the producers: per K/V tile of BN tokens, the copy of its bytes (a tile
 //     inside one record of two quantized roles: bulk copies of its staged page by one producer
 //     thread, issue_tile_bulk; any other: cp.async by all of them, issue_tile, quantized records
@@ -42,6 +42,7 @@
 #include "kvq/prefill/kv_tile.cuh"
 #include "kvq/prefill/tile_decode.cuh"
 #include "kvq/prefill/plan.hpp"
+#include "kvq/prefill/policy.hpp"
 #include "kvq/prefill/wgmma_softmax.cuh"
 
 KVQ_NAMESPACE_BEGIN
@@ -65,16 +66,13 @@ KVQ_HD_CONSTEXPR int prefill_ws_tile() {
   return Cfg::k_quant::kind == QuantKind::kNone && Cfg::v_quant::kind == QuantKind::kNone ? 128 : kPrefillWsTile;
 }
 
-// Stages: as many as fit in the 227 KB of shared memory a CTA may have (at most kPrefillWsMaxStages):
+// Stages: as many as fit in the 227 KB of shared memory a CTA may have on sm_90, the kernel's only
+// architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin of every Hopper GPU), at most Policy::kWsMaxStages:
 // the producer issues tile j + stages - 1 when the consumers release tile j - 1, so the stage
 // count is how far ahead of the math the copies run.
-#ifndef KVQ_PREFILL_WS_MAX_STAGES
-#define KVQ_PREFILL_WS_MAX_STAGES 5
-#endif
-constexpr int kPrefillWsMaxStages = KVQ_PREFILL_WS_MAX_STAGES;
 constexpr size_t kPrefillWsSmemLimit = 227 * 1024 - 512;  // dynamic bytes: the kernel's static ones fit in the rest
 
-template <class Cfg, int BN>
+template <class Cfg, int BN, class Policy>
 struct PrefillWsSmem {
   using Tile = KvTile<Cfg, BN>;
   static constexpr int BM = kPrefillRowsLarge;
@@ -82,7 +80,7 @@ struct PrefillWsSmem {
   static constexpr size_t raw_slot = Tile::raw_bytes > 0 ? (Tile::raw_bytes + 15) / 16 * 16 : 0;
   static constexpr size_t fixed = q_bytes + 1024, per_stage = 2 * Tile::rows_bytes + raw_slot;
   static constexpr int fit = int((kPrefillWsSmemLimit - fixed) / per_stage);
-  static constexpr int stages = fit < kPrefillWsMaxStages ? fit : kPrefillWsMaxStages;
+  static constexpr int stages = fit < Policy::kWsMaxStages ? fit : Policy::kWsMaxStages;
   static_assert(stages >= 3, "at least three stages (two tiles in flight while one is consumed)");
   static constexpr size_t kv_offset = q_bytes;
   static constexpr size_t raw_offset = kv_offset + 2 * stages * Tile::rows_bytes;
@@ -100,23 +98,21 @@ struct PrefillWsSmem {
 // is what limits the quantized kernels (bench/NOTES.md). A CTA writes the partner's stage once the
 // partner's consumers released its previous tile (`peer_empty`, which the partner's consumer warps
 // arrive on). A CTA without a partner (ragged batches, the padding CTA of an odd row-tile count, a
-// launch without clusters) runs unpaired. KVQ_PREFILL_WS_PAIRS=0 compiles the unpaired kernel.
-#ifndef KVQ_PREFILL_WS_PAIRS
-#define KVQ_PREFILL_WS_PAIRS 1
-#endif
-template <class Cfg, int BN>
+// launch without clusters) runs unpaired. Policy::kWsPairs false compiles the unpaired kernel.
+template <class Cfg, int BN, class Policy>
 KVQ_HD_CONSTEXPR bool prefill_ws_paired() {
-  return KVQ_PREFILL_WS_PAIRS != 0 && full_tiles_split_by_role<Cfg, BN, kPrefillWsProducers>();
+  return Policy::kWsPairs && full_tiles_split_by_role<Cfg, BN, kPrefillWsProducers>();
 }
 constexpr int kPrefillWsConsumerWarps = (kPrefillWsThreads - kPrefillWsProducers) / 32;  // what peer_empty counts
 
-template <class Cfg, int BN>
+// Policy: a PrefillPolicy (prefill/policy.hpp).
+template <class Cfg, int BN, class Policy>
 __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas needs the entry register count for setmaxnreg
     prefill_ws_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, PrefillPlan plan,
                       uint8_t* transition, typename Cfg::dtype* out, uint32_t* flags) {
 #if KVQ_WGMMA_DEVICE
   using T = typename Cfg::dtype;
-  using L = PrefillWsSmem<Cfg, BN>;
+  using L = PrefillWsSmem<Cfg, BN, Policy>;
   using Tile = typename L::Tile;
   constexpr int D = Cfg::head_dim, P = Cfg::page, BM = L::BM, KS = D / 16, S = L::stages, TP = Tile::tile_pages;
   static_assert(D == 64 || D == 128, "the wgmma kernels serve head dims 64 and 128");
@@ -136,7 +132,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
   __shared__ SeqAttention s;
   __shared__ int bad;
 
-  constexpr bool kPairs = prefill_ws_paired<Cfg, BN>();
+  constexpr bool kPairs = prefill_ws_paired<Cfg, BN, Policy>();
   const int tile = prefill_cta_tile(plan.row_tiles, blockIdx.x);  // the longest rows (latest tokens) first
   if (kPairs && tile < 0) return;  // the padding CTA of an odd row-tile count (no rows, not paired)
   const int b = blockIdx.y, h = blockIdx.z;

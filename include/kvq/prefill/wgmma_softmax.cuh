@@ -1,5 +1,5 @@
-// kvq/prefill/wgmma_softmax.cuh - the online softmax of the Hopper prefill kernels
-// (prefill_wgmma_kernel.cuh, prefill_ws_kernel.cuh) on one S tile of a warpgroup's accumulators.
+// kvq/prefill/wgmma_softmax.cuh - the online softmax of the Hopper prefill kernel
+// (prefill_ws_kernel.cuh) on one S tile of a warpgroup's accumulators.
 //
 // A thread holds two query rows of its warp (g and g + 8, numeric/wgmma.cuh's accumulator layout):
 // of an S tile (64 rows x BN keys) s[4 nb + e] is key 8 nb + 2 i + (e & 1) of row g (e < 2) or g + 8;
