@@ -5,7 +5,9 @@
 
 #include <kvq/cache/view.hpp>
 #include <kvq/cache/window.hpp>
+#include <kvq/quant/formats.hpp>
 
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -37,6 +39,10 @@ struct BenchCache {
   int64_t len, cold, pages_per_seq;
   DeviceArray<uint8_t> pool;
   DeviceArray<T> hot_k, hot_v, new_k, new_v;
+  // Attention sinks (cache/view.hpp) for quantized configurations: KVQ_BENCH_SINKS=S in the
+  // environment (default 0), so that one binary measures a cache with and without them.
+  int sinks;
+  DeviceArray<T> sink_k, sink_v;
   DeviceArray<int32_t> table, slot, lens, colds, cu_new;
   DeviceArray<uint32_t> flags;
 
@@ -49,6 +55,9 @@ struct BenchCache {
         pool(size_t(batch_) * size_t(pages_per_seq) * H * Cfg::record_bytes),
         hot_k(random_rows(size_t(batch_) * (R + P) * H * D, 1)),
         hot_v(random_rows(size_t(batch_) * (R + P) * H * D, 2)),
+        sinks(bench_sinks()),
+        sink_k(random_rows(size_t(batch_) * size_t(sinks > 0 ? sinks : 1) * H * D, 5)),
+        sink_v(random_rows(size_t(batch_) * size_t(sinks > 0 ? sinks : 1) * H * D, 6)),
         new_k(random_rows(size_t(batch_) * n * H * D, 3)),
         new_v(random_rows(size_t(batch_) * n * H * D, 4)),
         table(iota(size_t(batch_) * size_t(pages_per_seq), 1)),
@@ -70,11 +79,21 @@ struct BenchCache {
     v.block_table = table.ptr;
     v.max_pages_per_seq = int32_t(pages_per_seq);
     v.hot_slot = slot.ptr;
+    if (sinks > 0) {
+      v.sink_k = sink_k.ptr;
+      v.sink_v = sink_v.ptr;
+      v.sinks = sinks;
+    }
     return v;
   }
   kvq::SeqLengths lengths() const { return kvq::SeqLengths{lens.ptr, colds.ptr}; }
   double bytes_per_token_row() const { return double(H) * D * sizeof(T) * 2; }  // K and V, all heads
 
+  static int bench_sinks() {
+    constexpr bool quantized = Cfg::k_quant::kind != kvq::QuantKind::kNone || Cfg::v_quant::kind != kvq::QuantKind::kNone;
+    const char* e = std::getenv("KVQ_BENCH_SINKS");
+    return quantized && e ? std::atoi(e) : 0;
+  }
   static std::vector<T> random_rows(size_t n, unsigned seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd;

@@ -57,3 +57,11 @@ function(kvq_config_fields entry prefix)
   set(${prefix}_KQ ${kq} PARENT_SCOPE)
   set(${prefix}_VQ ${vq} PARENT_SCOPE)
 endfunction()
+
+# Developer builds may compile a subset: the configurations whose NAME matches this regular
+# expression (e.g. "d128_p64_(int2|k4v2)"). Empty: all of them.
+set(KVQ_CONFIG_FILTER "" CACHE STRING "Regex over configuration names: build only those (empty: all)")
+if(KVQ_CONFIG_FILTER)
+  list(FILTER KVQ_CONFIGS INCLUDE REGEX "^[^|]*(${KVQ_CONFIG_FILTER})[^|]*[|]")
+  message(STATUS "kvq: configurations matching '${KVQ_CONFIG_FILTER}': ${KVQ_CONFIGS}")
+endif()
