@@ -123,3 +123,25 @@ TEST_CASE("planner: validate rejects bad shapes and formats") {
 }
 
 }  // namespace
+
+TEST_CASE("planner: the recommended formats validate, and sink rows count as per-sequence bytes") {
+  for (const CacheFormat& f : {kvq::recommended_int2(), kvq::recommended_int4(), kvq::recommended_k4v2()}) {
+    CHECK(kvq::validate(kLlama3_8B, f) == kvq::Status::kSuccess);
+    CHECK(f.sinks == 4);
+    CHECK(f.key_clip == kvq::KeyClip::kMse);
+    CHECK(f.rotate);
+  }
+  const CacheFormat r = kvq::recommended_int2();
+  // Same cold bytes as plain INT2; the hot part grows by 4 rows (K and V, every layer and head).
+  CHECK(kvq::page_bytes(kLlama3_8B, r) == kvq::page_bytes(kLlama3_8B, kI2));
+  CHECK(kvq::hot_bytes_per_sequence(kLlama3_8B, r) - kvq::hot_bytes_per_sequence(kLlama3_8B, kI2) == 2ull * 32 * 4 * 8 * 128 * 2);
+  CacheFormat bad = kI2;
+  bad.sinks = 17;
+  CHECK(kvq::validate(kLlama3_8B, bad) == kvq::Status::kConfigMismatch);
+  bad.sinks = 64;  // not below the page
+  CHECK(kvq::validate(kLlama3_8B, bad) == kvq::Status::kConfigMismatch);
+  CacheFormat none_sinks = kNone;
+  none_sinks.sinks = 4;  // "none" keeps every token exact: sinks are refused
+  CHECK(kvq::validate(kLlama3_8B, none_sinks) == kvq::Status::kConfigMismatch);
+  CHECK(kvq::tokens_that_fit(1ull << 30, 1, kLlama3_8B, none_sinks) == 0);
+}

@@ -10,9 +10,11 @@
 #include <cstdint>
 
 #include "kvq/cache/record_layout.hpp"
+#include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
 #include "kvq/core/status.hpp"
 #include "kvq/quant/formats.hpp"
+#include "kvq/quant/group_codec.hpp"
 
 KVQ_NAMESPACE_BEGIN
 
@@ -27,13 +29,26 @@ struct CacheFormat {
   QuantDesc v;
   int page;      // P
   int residual;  // R, a multiple of P
+  // The accuracy options of docs/ACCURACY.md (cache/view.hpp, quant/rotation.hpp):
+  int sinks = 0;                         // attention sinks kept unquantized (0..16, < page)
+  KeyClip key_clip = KeyClip::kMinMax;   // key-group range rule of the encoder
+  bool rotate = false;                   // the engine rotates q/k/v (and unrotates the output)
 };
+
+// kvq's recommended configurations (docs/ACCURACY.md: the measured choices), page 64, R = 128:
+// INT2 and INT4 keys/values, and INT4 keys with INT2 values, in groups of 32, each with the
+// rotation, 4 attention sinks and MSE-clipped key groups.
+constexpr CacheFormat recommended_int2() { return CacheFormat{desc_int2(32), desc_int2(32), 64, 128, 4, KeyClip::kMse, true}; }
+constexpr CacheFormat recommended_int4() { return CacheFormat{desc_int4(32), desc_int4(32), 64, 128, 4, KeyClip::kMse, true}; }
+constexpr CacheFormat recommended_k4v2() { return CacheFormat{desc_int4(32), desc_int2(32), 64, 128, 4, KeyClip::kMse, true}; }
 
 // kInvalidShape: layers or KV heads <= 0; kConfigMismatch: page, residual or formats that no
 // configuration has (page <= 0, R < 0 or not a multiple of P, head dim or group sizes unsupported).
 constexpr Status validate(const ModelShape& m, const CacheFormat& f) {
   return m.layers <= 0 || m.kv_heads <= 0 ? Status::kInvalidShape
-         : f.residual < 0 || f.page <= 0 || f.residual % f.page != 0
+         : f.residual < 0 || f.page <= 0 || f.residual % f.page != 0 || f.sinks < 0 || f.sinks > kMaxSinks ||
+                   f.sinks >= f.page || (f.sinks > 0 && f.k.kind == QuantKind::kNone && f.v.kind == QuantKind::kNone) ||
+                   (f.key_clip != KeyClip::kMinMax && f.key_clip != KeyClip::kMse)
              ? Status::kConfigMismatch
              : validate_layout(f.k, f.v, m.head_dim, f.page);
 }
@@ -53,10 +68,11 @@ constexpr double bytes_per_token_dense(const ModelShape& m, int dtype_bytes = 2)
   return 2.0 * m.layers * m.kv_heads * m.head_dim * dtype_bytes;
 }
 
-// The hot ring of one sequence, every layer: K and V, W = R + P rows of the model dtype.
+// The hot ring of one sequence, every layer: K and V, W = R + P rows of the model dtype, and its
+// sink rows (sink_k / sink_v).
 constexpr uint64_t hot_bytes_per_sequence(const ModelShape& m, const CacheFormat& f, int dtype_bytes = 2) {
-  return 2ull * uint64_t(m.layers) * uint64_t(f.residual + f.page) * uint64_t(m.kv_heads) * uint64_t(m.head_dim) *
-         uint64_t(dtype_bytes);
+  return 2ull * uint64_t(m.layers) * uint64_t(f.residual + f.page + (f.sinks > 0 ? f.sinks : 0)) * uint64_t(m.kv_heads) *
+         uint64_t(m.head_dim) * uint64_t(dtype_bytes);
 }
 
 // Cold pages a sequence of `len` tokens holds after appends alone (0 for page <= 0).
