@@ -94,9 +94,19 @@ __global__ void __launch_bounds__(kPrefillWgmmaThreads, prefill_wgmma_min_ctas<B
   cp_async_commit();
   if (ntiles > 1) issue_tile<Cfg, BN, kPrefillWgmmaThreads>(src, BN, page_ids[1], smem + kv_at(1, 0), smem + kv_at(1, 1), raw(1), threadIdx.x);
   cp_async_commit();
+  // Attention sinks: tile 0's sink rows (SinkRows), loaded while its copies land, replace what the
+  // fill wrote there once every thread's decode is done ("none" configurations have no sinks).
+  constexpr bool has_sinks = Tile::k_staged || Tile::v_staged;
+  const int sinks = has_sinks ? src.sink_rows() : 0;
+  SinkRows<Cfg, BN, kPrefillWgmmaThreads> sink;
+  if (sinks > 0) sink.load(src, sinks, threadIdx.x);
   cp_async_wait<1>();
   __syncthreads();
   decode_tile<Cfg, BN, kPrefillWgmmaThreads>(src, 0, smem + kv_at(0, 0), smem + kv_at(0, 1), raw(0), threadIdx.x);
+  if (sinks > 0) {
+    __syncthreads();
+    sink.store(smem + kv_at(0, 0), smem + kv_at(0, 1), sinks, threadIdx.x);
+  }
   fence_proxy_async_shared();
   __syncthreads();
 
