@@ -77,6 +77,20 @@ TEST_SUITE("gpu") {
     kvq::CacheView<T> no_ring = v;
     no_ring.hot_k = nullptr;
     CHECK(run(no_ring, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
+    // Attention sinks: rows read with 16-byte loads, both buffers given, fewer than the page and kMaxSinks.
+    kvq_test::DeviceBuffer<T> sink_rows(size_t(f.host.view().num_slots) * 4 * kHeads * 128 + 8);
+    kvq::CacheView<T> sinks = v;
+    sinks.sinks = 4;
+    sinks.sink_k = sinks.sink_v = sink_rows.get();
+    kvq::CacheView<T> odd_sink = sinks;
+    odd_sink.sink_v = sink_rows.get() + 1;
+    CHECK(run(odd_sink, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kInvalidShape);
+    kvq::CacheView<T> no_sink = sinks;
+    no_sink.sink_k = nullptr;
+    CHECK(run(no_sink, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kNullPointer);
+    kvq::CacheView<T> many_sinks = sinks;
+    many_sinks.sinks = kvq::kMaxSinks + 1;
+    CHECK(run(many_sinks, d.a, plan, ws.get(), ws.size(), d.out.get(), flags.get()) == kvq::Status::kConfigMismatch);
     kvq::PrefillPlan p;
     CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 2, kR, 400, 0, 0}, &p) == kvq::Status::kInvalidShape);
     CHECK(kvq::plan_prefill<Cfg>(kvq::PrefillShape{2, 6, 2, kR, 400, 10, 21}, &p) == kvq::Status::kInvalidShape);

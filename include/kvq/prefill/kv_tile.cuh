@@ -76,6 +76,9 @@ struct TileSource {
     return t < cold ? v.cold + record_offset(ids[pg - t0 / page], h, v.num_kv_heads, record_bytes)
                     : transition + record_offset(pg - cold / page, h, v.num_kv_heads, record_bytes);
   }
+  // Attention sinks (token_source.hpp): tokens [0, sink_rows()) are record tokens that are never
+  // read from their record (min(sinks, rec_end); 0 without sinks or records).
+  KVQ_DEVICE int sink_rows() const { return rec_end < v.sinks ? int(rec_end) : v.sinks; }
 };
 
 // cp.async of tile [t0, t0 + BN) into (k, v, raw) by NT threads (this one is `tid` of them); the
@@ -189,7 +192,56 @@ KVQ_DEVICE void issue_tile_bulk(const TileSource<typename Cfg::dtype>& src, int6
   }
 }
 
+<<<<<<< HEAD
 // ---- what both prefill kernels (prefill_kernel.cuh, prefill_ws_kernel.cuh) do before their loop ----
+=======
+// Attention sinks (attention/token_source.hpp): tokens t < src.sink_rows() are never read from a
+// record, but from sink_k / sink_v where t < cold, else from the ring (page 0 turning cold in this
+// step; source_row). They lie in a sequence's first tile (sinks <= kMaxSinks < 32 <= BN), whose
+// issue_tile / decode_tile filled them from the record (the encoder's copy of token `sinks`):
+// SinkRows overwrites them in the tile's k / v buffers, both roles, in two steps so that the
+// caller can put a barrier between the other threads' writes of those rows and its own:
+//   load():   this thread's 16-byte chunks of the rows into registers (global loads);
+//   store():  into the tile buffers (a plain st.shared; the caller fences for wgmma).
+// Only for the tile at token 0 of a sequence with sink_rows() > 0: the others never run it.
+template <class Cfg, int BN_, int NT>
+struct SinkRows {
+  using Tile = KvTile<Cfg, BN_>;
+  using T = typename Cfg::dtype;
+  static constexpr int CH = Tile::chunks, n = (2 * kMaxSinks * CH + NT - 1) / NT;  // chunks a thread, at most
+  static_assert(kMaxSinks < Tile::BN, "every sink token lies in the first tile");
+  uint4 x[n];
+
+  // Item idx: chunk idx % CH of row idx / (2 CH), keys for even idx / CH, values for odd.
+  KVQ_DEVICE void load(const TileSource<T>& src, int rows, unsigned tid) {
+    constexpr int D = Cfg::head_dim;
+    KVQ_UNROLL
+    for (int i = 0; i < n; ++i) {
+      const unsigned idx = tid + unsigned(i * NT);
+      if (idx >= unsigned(2 * CH * rows)) break;
+      const int r = int(idx / unsigned(2 * CH)), c = int(idx % unsigned(CH));
+      const bool is_v = (idx / unsigned(CH)) & 1u;
+      const T* row = r < src.cold ? (is_v ? src.v.sink_v : src.v.sink_k) +
+                                        sink_offset(src.seq.slot, r, src.h, src.v.sinks, src.v.num_kv_heads, D)
+                                  : source_row(src.v, is_v ? src.v.hot_v : src.v.hot_k, is_v ? src.new_v : src.new_k, src.seq,
+                                               r, src.h, D, Cfg::page);
+      x[i] = *reinterpret_cast<const uint4*>(row + 8 * c);
+    }
+  }
+  KVQ_DEVICE void store(uint8_t* k, uint8_t* v, int rows, unsigned tid) const {
+    KVQ_UNROLL
+    for (int i = 0; i < n; ++i) {
+      const unsigned idx = tid + unsigned(i * NT);
+      if (idx >= unsigned(2 * CH * rows)) break;
+      const int r = int(idx / unsigned(2 * CH)), c = int(idx % unsigned(CH));
+      const bool is_v = (idx / unsigned(CH)) & 1u;
+      *reinterpret_cast<uint4*>((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16) = x[i];
+    }
+  }
+};
+
+// ---- what the prefill kernels do before their loop ----
+>>>>>>> h-prefill
 
 // The query rows of a prefill CTA: `rows` = GQA group x q_len of its sequence (0 when the
 // sequence was rejected), the CTA's first row `row0`, and the position of its last row.

@@ -81,9 +81,19 @@ __device__ inline void mma_rows_attention(uint8_t* smem, const TileSource<typena
   cp_async_commit();
   if (ntiles > 1) issue_tile<Cfg, BN, kPrefillWarps * 32>(src, t_begin + BN, page_ids[1], kbuf(1), vbuf(1), raw(1), threadIdx.x);
   cp_async_commit();
+  // Attention sinks: tile 0's sink rows (SinkRows), loaded while its copies land, replace what the
+  // fill wrote there once every thread's decode is done ("none" configurations have no sinks).
+  constexpr bool has_sinks = Tile::k_staged || Tile::v_staged;
+  const int sinks = has_sinks && t_begin == 0 ? src.sink_rows() : 0;
+  SinkRows<Cfg, BN, kPrefillWarps * 32> sink;
+  if (sinks > 0) sink.load(src, sinks, threadIdx.x);
   cp_async_wait<1>();
   __syncthreads();
   decode_tile<Cfg, BN, kPrefillWarps * 32>(src, t_begin, kbuf(0), vbuf(0), raw(0), threadIdx.x);
+  if (sinks > 0) {
+    __syncthreads();
+    sink.store(kbuf(0), vbuf(0), sinks, threadIdx.x);
+  }
   __syncthreads();
 
   const float scale_log2 = a.softmax_scale * 1.4426950408889634f;

@@ -9,6 +9,8 @@
 // tensor cores (mma.sync m16n8k16 on sm_80 and sm_90; on Hopper, with an sm_90a build, warpgroup
 // wgmma for head dims 64 and 128). The GQA group of a KV head is packed into
 // the query rows of a CTA, so each K/V tile is read and dequantized once for the whole group.
+// Attention sinks (CacheView::sinks): tokens [0, sinks) are read as kept in the model dtype (sink_k /
+// sink_v, or the ring while page 0 turns cold), never from their record (token_source.hpp).
 // No alignment: a chunk may start and end anywhere. No host synchronisation, no allocation.
 //
 // Definitions in prefill_impl.cuh; instantiate per configuration: KVQ_INSTANTIATE_PREFILL(Cfg).

@@ -124,8 +124,9 @@ Status prefill(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch
   if (st != Status::kSuccess) return st;
   if (reinterpret_cast<uintptr_t>(cache.hot_k) % 16 || reinterpret_cast<uintptr_t>(cache.hot_v) % 16 ||
       reinterpret_cast<uintptr_t>(batch.q) % 16 || reinterpret_cast<uintptr_t>(batch.new_k) % 16 ||
-      reinterpret_cast<uintptr_t>(batch.new_v) % 16 || reinterpret_cast<uintptr_t>(out) % 4)
-    return Status::kInvalidShape;  // 16-byte copies of rows
+      reinterpret_cast<uintptr_t>(batch.new_v) % 16 || reinterpret_cast<uintptr_t>(out) % 4 ||
+      reinterpret_cast<uintptr_t>(cache.sink_k) % 16 || reinterpret_cast<uintptr_t>(cache.sink_v) % 16)
+    return Status::kInvalidShape;  // 16-byte copies of rows (sink rows too)
   if (batch.batch == 0 || plan.row_tiles == 0) return Status::kSuccess;
   uint8_t* transition = static_cast<uint8_t*>(workspace) + plan.transition_offset;
   Status launched = detail::launch_transition<Cfg>(cache, batch, plan.transition_pages, transition, stream);

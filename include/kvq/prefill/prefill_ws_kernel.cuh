@@ -13,6 +13,7 @@
 //     (cp.async-tracked arrivals), not by the producer loop. The raw slots have mbarriers of their
 //     own (`raw_full`: its bytes landed; `raw_free`: every producer thread is done with it), so the
 //     producers never wait for each other where a role is quantized.
+//     Attention sinks: the consumers overwrite tile 0's sink rows once it is complete (SinkRows).
 //     They run up to `stages` - 1 tiles ahead; whatever writes a stage first waits on its `empty`
 //     barrier (the copies of model-dtype rows, else the decode). Two warpgroups, not one: a
 //     thread's decode is a chain of shared loads, math and stores, and one warp per scheduler left
@@ -322,7 +323,19 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     uint32_t pa[BN / 16][4];
     KVQ_UNROLL
     for (int r = 0; r < D / 2; ++r) o[r] = 0.0f;
+    // Attention sinks: tile 0's rows [0, sinks) come from sink_k / sink_v or the ring, not from the
+    // records the producers decoded (SinkRows). The consumers load them while tile 0 is filled and
+    // overwrite them once it is complete (its `full` phase: every write of it, the partner's
+    // included, has landed), so the producers' loop and the pairing do not change.
+    const int sinks = Tile::k_staged || Tile::v_staged ? src.sink_rows() : 0;  // "none" has no sinks
+    SinkRows<Cfg, BN, kPrefillWsThreads - kPrefillWsProducers> sink;
+    if (sinks > 0) sink.load(src, sinks, threadIdx.x - kPrefillWsProducers);
     mbarrier_wait(&full[0], 0);
+    if (sinks > 0) {
+      sink.store(smem + kv_at(0, 0), smem + kv_at(0, 1), sinks, threadIdx.x - kPrefillWsProducers);
+      fence_proxy_async_shared();  // this thread's writes, for both warpgroups' wgmma
+      named_barrier_sync(2, kPrefillWsThreads - kPrefillWsProducers);
+    }
     fence_proxy_async_shared();
     wgmma_fence();
     issue_s(sacc, 0);
