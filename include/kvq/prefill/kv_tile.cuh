@@ -192,9 +192,6 @@ KVQ_DEVICE void issue_tile_bulk(const TileSource<typename Cfg::dtype>& src, int6
   }
 }
 
-<<<<<<< HEAD
-// ---- what both prefill kernels (prefill_kernel.cuh, prefill_ws_kernel.cuh) do before their loop ----
-=======
 // Attention sinks (attention/token_source.hpp): tokens t < src.sink_rows() are never read from a
 // record, but from sink_k / sink_v where t < cold, else from the ring (page 0 turning cold in this
 // step; source_row). They lie in a sequence's first tile (sinks <= kMaxSinks < 32 <= BN), whose
@@ -240,8 +237,7 @@ struct SinkRows {
   }
 };
 
-// ---- what the prefill kernels do before their loop ----
->>>>>>> h-prefill
+// ---- what the prefill kernels (prefill_kernel.cuh, prefill_ws_kernel.cuh) do before their loop ----
 
 // The query rows of a prefill CTA: `rows` = GQA group x q_len of its sequence (0 when the
 // sequence was rejected), the CTA's first row `row0`, and the position of its last row.
