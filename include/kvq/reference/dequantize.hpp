@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "kvq/cache/append_plan.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
 #include "kvq/core/status.hpp"
