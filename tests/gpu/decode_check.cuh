@@ -567,4 +567,185 @@ void check_decode_isolation(uint64_t seed, Isolation kind, int max_q = 4) {
   CHECK(d_flags.download()[0] == 0u);
 }
 
+// ---- attention sinks (CacheView::sinks: tokens [0, sinks) never read from a record) ----
+
+// Whether a configuration takes sinks ("none" in both roles refuses them: check_sinks).
+template <class Cfg>
+constexpr bool sinks_allowed() {
+  return !(Cfg::k_quant::kind == kvq::QuantKind::kNone && Cfg::v_quant::kind == kvq::QuantKind::kNone);
+}
+// The most sinks a view of Cfg keeps: 16, fewer than the page.
+template <class Cfg>
+constexpr int most_sinks() {
+  return Cfg::page - 1 < kvq::kMaxSinks ? Cfg::page - 1 : kvq::kMaxSinks;
+}
+
+// Random decode steps of a cache keeping `sinks` sink tokens (key groups by `clip`), R =
+// `residual_pages` pages, against the host reference (decode_step_and_check: before and after the
+// step's append, both tail modes, then a rollback). Six sequences in permuted hot slots (so sink
+// rows too): an empty prefix; one inside the window that gets no cold page in the first step
+// (its sink tokens are ring rows); R + P - 1 tokens, so that page 0 turns cold inside the first
+// call (sink tokens read from the ring before the append, from the sink rows after it); one of
+// fewer than `sinks` tokens (with R 0 at page 16, whose page 0 then turns cold in the first call:
+// records_end below sinks, every record token a sink); one past the window (page 0 cold: sink
+// rows); one long (many splits). q_len 1..max_q; the second step with a softcap.
+template <class Cfg>
+void check_decode_sinks(uint64_t seed, int sinks, kvq::KeyClip clip, int max_q, int residual_pages, int steps = 2) {
+  constexpr int P = Cfg::page, D = Cfg::head_dim;
+  std::mt19937_64 rng(seed);
+  const int heads = 2;
+  const int groups[] = {1, 2, 4, 8};
+  const int group = groups[rng() % 4];
+  const int residual = P * residual_pages, window = residual + P;
+  const int batch = 6, max_pages = 2048 / P + 4, slots = batch + 2;
+  kvq::reference::HostCache<Cfg> host(heads, int64_t(batch) * max_pages, slots, residual, max_pages, batch);
+  REQUIRE(host.set_encoding(sinks, clip) == kvq::Status::kSuccess);
+  std::vector<int32_t> perm(static_cast<size_t>(slots));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = perm[size_t(b)];
+  KvGenerator gen(heads, D, seed * 31 + 11);
+  const int inside = window / 2;  // + at most window - 1 - inside new tokens in the first step: no cold page
+  const std::vector<int32_t> prompt{0,
+                                    inside,
+                                    window - 1,
+                                    sinks / 2,
+                                    int32_t(window + 1 + rng() % (2 * P)),
+                                    int32_t(700 + rng() % (3 * P))};
+  DeviceMirror<Cfg> dev;
+  dev.upload(host);
+  const std::string base = "sinks " + std::to_string(sinks) + (clip == kvq::KeyClip::kMse ? " mse" : " minmax") + " seed " +
+                           std::to_string(seed) + " R " + std::to_string(residual);
+  REQUIRE(step_both(host, dev, prompt, gen, false, base + " prompt"));
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int32_t> counts(static_cast<size_t>(batch));
+    for (int b = 0; b < batch; ++b) counts[size_t(b)] = 1 + int32_t(rng() % max_q);
+    if (step == 0) {
+      counts[1] = 1 + int32_t(rng() % std::min(max_q, window - 1 - inside));
+      const int32_t turn = window - prompt[3];  // page 0 of the short sequence turns cold in this call
+      if (turn <= max_q) counts[3] = turn;
+    }
+    decode_step_and_check<Cfg>(host, dev, gen, counts, group, max_q, step == 1 ? 30.0f : 0.0f, rng,
+                               base + " step " + std::to_string(step));
+  }
+}
+
+// Isolation with sinks (prompt, then one call of q_len 1..max_q per sequence, GQA group 4, two KV
+// heads, R = P, hot slots rotated; every prompt at least `sinks` tokens: one inside the window
+// (no cold page), R + P - 1 (page 0 turning cold in the call), one past the window and a long
+// one), run before and after the step's append, each output compared bit for bit:
+//  kSpike: the last sink token's key is 32 x the (shared) query direction, every other key a
+//    constant +-0.5 pattern: its logit exceeds the others by more than 240, every other weight
+//    underflows to 0, so each output row is that token's value as stored (random values), exactly;
+//  kCount: zero queries (every logit 0, every weight exactly 1), small integer values on the sink
+//    tokens and zeros elsewhere: each output is (sum of the sink values) / tokens seen, exactly,
+//    which holds only if every sink token is counted once, at its unquantized value.
+// The host reference must give the same (a check of the construction).
+enum class SinkIsolation { kSpike, kCount };
+
+template <class Cfg>
+void check_decode_sink_isolation(uint64_t seed, int sinks, kvq::KeyClip clip, int max_q, SinkIsolation kind) {
+  using T = typename Cfg::dtype;
+  constexpr int P = Cfg::page, D = Cfg::head_dim;
+  std::mt19937_64 rng(seed);
+  const int heads = 2, group = 4, residual = P, window = residual + P, batch = 4, slots = batch + 1;
+  const int max_pages = 2048 / P + 4;
+  kvq::reference::HostCache<Cfg> host(heads, int64_t(batch) * max_pages, slots, residual, max_pages, batch);
+  REQUIRE(host.set_encoding(sinks, clip) == kvq::Status::kSuccess);
+  for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = (b + 2) % slots;
+  KvGenerator gen(heads, D, seed);
+  const int spike = sinks - 1;
+  std::vector<float> qdir(D), kconst(D);
+  for (int c = 0; c < D; ++c) {
+    qdir[size_t(c)] = kind == SinkIsolation::kSpike ? ((rng() & 1) ? 1.0f : -1.0f) : 0.0f;
+    kconst[size_t(c)] = (rng() & 1) ? 0.5f : -0.5f;
+  }
+  const std::vector<int32_t> prompt{int32_t(sinks + rng() % (window - max_q - sinks)), window - 1,
+                                    int32_t(window + 3 + rng() % P), int32_t(600 + rng() % P)};
+  const std::vector<int32_t> counts{1 + int32_t(rng() % max_q), 1 + int32_t(rng() % max_q), 1 + int32_t(rng() % max_q),
+                                    1 + int32_t(rng() % max_q)};
+  // Rows of `n` tokens of one sequence from token t0 on: [n][heads][D] keys and values.
+  auto make_rows = [&](int64_t t0, int64_t n, std::vector<T>& k, std::vector<T>& v) {
+    const std::vector<T> gk = gen.keys<T>(n), gv = gen.values<T>(n);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t t = t0 + r;
+      for (int h = 0; h < heads; ++h)
+        for (int c = 0; c < D; ++c) {
+          const size_t x = (size_t(r) * heads + size_t(h)) * D + size_t(c);
+          float key = gk[x].to_float(), value = gv[x].to_float();
+          if (kind == SinkIsolation::kSpike) {
+            key = t == spike ? 32.0f * qdir[size_t(c)] : kconst[size_t(c)];
+          } else {
+            value = t < sinks ? float(int((t * 7 + c * 3 + h) % 9) - 4) : 0.0f;
+          }
+          k.push_back(T::from_float(key));
+          v.push_back(T::from_float(value));
+        }
+    }
+  };
+  std::vector<T> pk, pv, nk, nv;
+  for (int b = 0; b < batch; ++b) make_rows(0, prompt[size_t(b)], pk, pv);
+  for (int b = 0; b < batch; ++b) make_rows(prompt[size_t(b)], counts[size_t(b)], nk, nv);
+  DeviceMirror<Cfg> dev;
+  dev.upload(host);
+  REQUIRE(step_both_with(host, dev, prompt, pk, pv, "sink isolation prompt"));
+
+  std::vector<int32_t> cu{0}, pcu{0};
+  for (int b = 0; b < batch; ++b) {
+    cu.push_back(cu.back() + counts[size_t(b)]);
+    pcu.push_back(pcu.back() + prompt[size_t(b)]);
+  }
+  const int64_t total = cu.back();
+  std::vector<T> q(size_t(total) * heads * group * D);
+  for (size_t x = 0; x < q.size(); ++x) q[x] = T::from_float(qdir[x % D]);
+  for (int b = 0; b < batch; ++b) REQUIRE(host.reserve(b, counts[size_t(b)]));
+  dev.upload_tables(host);
+  const kvq::AttentionBatch<T> a = host_attention_batch(host.lengths(), heads * group, cu, q, nk, nv, D);
+
+  // Expected outputs, in the model dtype.
+  std::vector<T> want(q.size());
+  for (int b = 0; b < batch; ++b)
+    for (int j = 0; j < counts[size_t(b)]; ++j)
+      for (int hq = 0; hq < heads * group; ++hq) {
+        const int h = hq / group;
+        const int64_t seen = prompt[size_t(b)] + j + 1;
+        for (int c = 0; c < D; ++c) {
+          float x = 0.0f;
+          if (kind == SinkIsolation::kSpike) {
+            x = pv[(size_t(pcu[size_t(b)] + spike) * heads + size_t(h)) * D + size_t(c)].to_float();
+          } else {
+            float sum = 0.0f;
+            for (int t = 0; t < sinks; ++t) sum += pv[(size_t(pcu[size_t(b)] + t) * heads + size_t(h)) * D + size_t(c)].to_float();
+            x = sum / float(seen);
+          }
+          want[(size_t(cu[size_t(b)] + j) * heads * group + size_t(hq)) * D + size_t(c)] = T::from_float(x);
+        }
+      }
+  const std::string where = std::string(kind == SinkIsolation::kSpike ? "sink spike" : "sink count") + ", sinks " +
+                            std::to_string(sinks) + ", q_len up to " + std::to_string(max_q);
+  auto compare = [&](const std::vector<T>& got, const std::string& w) {
+    size_t bad = 0, first_bad = 0;
+    for (size_t x = 0; x < want.size(); ++x)
+      if (got[x].bits != want[x].bits && bad++ == 0) first_bad = x;
+    CHECK_MESSAGE(bad == 0, w << ": " << bad << " of " << want.size() << " outputs differ; first at " << first_bad << " (row "
+                              << first_bad / D << "): " << got[first_bad].to_float() << " vs " << want[first_bad].to_float());
+  };
+  std::vector<float> ref(want.size());
+  REQUIRE(kvq::reference::attention<Cfg>(host.view(), a, ref.data()) == kvq::Status::kSuccess);
+  std::vector<T> ref_t(ref.size());
+  for (size_t x = 0; x < ref.size(); ++x) ref_t[x] = T::from_float(ref[x]);
+  compare(ref_t, where + " (host reference)");
+
+  kvq::DecodePlan plan;
+  REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{batch, heads * group, heads, residual, prompt.back() + max_q, max_q, total,
+                                                 num_sms()},
+                                &plan) == kvq::Status::kSuccess);
+  DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
+  DeviceAttention<T> d(a, cu, q, nk, nv, dev.cold_len.get());
+  compare(run_decode<Cfg>(dev.view(host), d, plan, d_flags.get(), where), where + " (before append)");
+  REQUIRE(step_both_with(host, dev, counts, nk, nv, where));
+  compare(run_decode<Cfg>(dev.view(host), d, plan, d_flags.get(), where), where + " (after append)");
+  CHECK(d_flags.download()[0] == 0u);
+}
+
 }  // namespace kvq_test

@@ -74,14 +74,21 @@ TEST_CASE("attention run checks: plan, buffers and alignment are checked before 
   odd_pool.cold = pool + 8;
   CHECK(run(odd_pool, a, plan, ws, 512, out, &flags) == kvq::Status::kInvalidShape);
   // Row buffers the kernels read with 16-byte loads: each one off by one element is refused.
-  for (int field = 0; field < 5; ++field) {
+  for (int field = 0; field < 7; ++field) {
     kvq::CacheView<T> cv = v;
     kvq::AttentionBatch<T> ab = a;
+    if (field >= 5) {  // attention sinks: the sink rows (the tail of decode reads them)
+      cv.sinks = 4;
+      cv.sink_k = cv.sink_v = ring;
+      REQUIRE(run(cv, ab, plan, ws, 512, out, &flags) == kvq::Status::kSuccess);
+    }
     if (field == 0) ab.q = q + 1;
     if (field == 1) ab.new_k = q + 1;
     if (field == 2) ab.new_v = q + 1;
     if (field == 3) cv.hot_k = ring + 1;
     if (field == 4) cv.hot_v = ring + 1;
+    if (field == 5) cv.sink_k = ring + 1;
+    if (field == 6) cv.sink_v = ring + 1;
     CAPTURE(field);
     CHECK(run(cv, ab, plan, ws, 512, out, &flags) == kvq::Status::kInvalidShape);
   }

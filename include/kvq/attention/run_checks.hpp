@@ -25,7 +25,7 @@ struct PlannedAttention {
 // In order: the view and the batch (check_view, check_attention_args); the plan against the
 // configuration Cfg and the call (kConfigMismatch); more sequences than planned or than a grid
 // dimension holds (kInvalidShape); null buffers; a workspace smaller than planned; a workspace
-// not 256-byte aligned, a pool or a row buffer (q, new K/V, hot rings) not 16-byte aligned
+// not 256-byte aligned, a pool or a row buffer (q, new K/V, hot rings, sink rows) not 16-byte aligned
 // (kInvalidShape).
 template <class Cfg>
 Status check_attention_run(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<typename Cfg::dtype>& batch,
@@ -42,10 +42,12 @@ Status check_attention_run(const CacheView<typename Cfg::dtype>& cache, const At
   if (!workspace || !out || !flags) return Status::kNullPointer;
   if (workspace_bytes < plan.workspace_bytes) return Status::kWorkspaceTooSmall;
   if (reinterpret_cast<uintptr_t>(workspace) % 256 || reinterpret_cast<uintptr_t>(cache.cold) % 16) return Status::kInvalidShape;
-  // The kernels read model-dtype rows (queries, new K/V, the hot rings) with 16-byte loads.
+  // The kernels read model-dtype rows (queries, new K/V, the hot rings, the sink rows) with
+  // 16-byte loads.
   for (const void* rows : {static_cast<const void*>(batch.q), static_cast<const void*>(batch.new_k),
                            static_cast<const void*>(batch.new_v), static_cast<const void*>(cache.hot_k),
-                           static_cast<const void*>(cache.hot_v)})
+                           static_cast<const void*>(cache.hot_v), static_cast<const void*>(cache.sink_k),
+                           static_cast<const void*>(cache.sink_v)})
     if (reinterpret_cast<uintptr_t>(rows) % 16) return Status::kInvalidShape;
   return Status::kSuccess;
 }

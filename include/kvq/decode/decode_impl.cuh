@@ -15,6 +15,9 @@
 //  3. tail (tail_kernel.cuh): the hot ring rows and the new tokens (fewer than R + P + 16 tokens
 //     per sequence), read in the model dtype, causal over the new tokens; one slot per item of
 //     plan.tail_span 16-token chunks, on the tensor cores.
+//     With attention sinks (CacheView::sinks) the records kernel masks tokens [0, sinks) and the
+//     tail attends them (the sink rows, or ring rows while page 0 turns cold) in one more chunk
+//     of its slot 0 (the kernel instantiated for sinks; views without them take the other).
 //     Where the plan says so (plan.tail_ctas, compute capability 9.0+) it is the records kernel's
 //     dependent launch: a few CTAs in the room the records grid leaves, running beside it;
 //  4. merge (merge_kernel.cuh): combines the slots of every (token, query head) exactly
@@ -155,13 +158,18 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
       return detail::launch_split_kernel(kernel, bytes, grid, stream, cache, batch, plan, ws, flags);
     });
     if (launched != Status::kSuccess) return launched;
+    // A view with attention sinks takes the tail kernel that also attends them (tail_kernel.cuh);
+    // the other is the one without that code ("none" configurations refuse sinks: run_checks.hpp).
+    constexpr bool sinks_possible = !(Cfg::k_quant::kind == QuantKind::kNone && Cfg::v_quant::kind == QuantKind::kNone);
+    const auto tail_kernel = sinks_possible && cache.sinks > 0 ? detail::decode_tail_kernel<Cfg, sinks_possible>
+                                                               : detail::decode_tail_kernel<Cfg, false>;
     if (plan.tail_ctas > 0) {  // beside the records kernel: its dependent launch (plan.hpp, tail_kernel.cuh)
-      if (!detail::cuda_ok(detail::launch_dependent(detail::decode_tail_kernel<Cfg>, plan.dependent_launches != 0,
+      if (!detail::cuda_ok(detail::launch_dependent(tail_kernel, plan.dependent_launches != 0,
                                                     dim3(unsigned(plan.tail_ctas)), dim3(detail::kDecodeWarps * 32), 0, stream, cache,
                                                     batch, plan, ws, flags)))
         return Status::kCudaError;
     } else {
-      const Status tail = detail::launch(detail::decode_tail_kernel<Cfg>,
+      const Status tail = detail::launch(tail_kernel,
                                          dim3(unsigned(plan.tail_slots), nb, unsigned(cache.num_kv_heads * row_tiles8)),
                                          dim3(detail::kDecodeWarps * 32), 0, stream, cache, batch, plan, ws, flags);
       if (tail != Status::kSuccess) return tail;

@@ -59,7 +59,8 @@ struct DecodeShape {
 //   partial outputs    [slots][total_q][num_q_heads][head_dim] fp32  unnormalised
 //   partial max/sum    [slots][total_q][num_q_heads][2] fp32
 // slots = max_splits record splits, then tail_slots slots of tail_span chunks of kDecodeTailChunk
-// tail tokens each (hot rows and new tokens: fewer than R + P + max_q_len of them).
+// tail tokens each (hot rows and new tokens: fewer than R + P + max_q_len of them; a view's
+// attention sinks are one more chunk of tail slot 0, tail_kernel.cuh: no slot of their own).
 //   sequence status    [batch] int32
 struct DecodePlan {
   DecodeShape shape;

@@ -29,6 +29,10 @@
 // with smaller groups: shift, OR, exact subtract, one fma with the token's scale and zero). The
 // split's partial output and (max, sum) per row go to the workspace; the merge kernel of
 // decode_impl.cuh combines splits and the tail (hot rows + new tokens).
+// Attention sinks (tokens [0, min(sinks, records_end)), never read from a record): masked here in
+// the first step of the one warp whose tiles start at token 0 (the pipelined loop's first step runs
+// before it; the other loop tests for its first step once a macro-iteration, a uniform branch);
+// the tail kernel attends them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -97,6 +101,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
   float* row_down = reinterpret_cast<float*>(smem + L::qs_bytes + L::qz_bytes);
   __shared__ SeqAttention s;
   __shared__ int bad, bad_page;
+  __shared__ int first_step_sinks[kDecodeWarps];  // sink_rel of each warp, for the single-row-tile loop
 
   // The tail kernel (independent of this one) may take the room this grid leaves. This grid is
   // itself the transition kernel's dependent: every path waits for it (wait_prior_grids) before
@@ -148,6 +153,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
   constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
   const int64_t base = (start / P + warp) * P;
   const int rel_end = end > base ? int(end - base) : 0;
+  // Attention sinks (token_source.hpp): tokens [0, min(sinks, records_end)) are never read from a
+  // record; the tail kernel serves them (sink buffer or ring rows). They lie in the first tile of
+  // the warp whose tiles start at token 0 (warp 0 of split 0; sinks < page and <= 16), which masks
+  // them in its first step only (step_scores' sink_lim): 0 for every other warp and every view
+  // without sinks.
+  const int sink_rel = base == 0 ? int(v.sinks < end ? v.sinks : end) : 0;
+  // The single-row-tile loop reads it at its first step from shared memory: held in a register
+  // across that loop, it made ptxas spill more there (fp16 INT2 at D 128).
+  if (!kPipelined && lane == 0) first_step_sinks[warp] = sink_rel;
   int ntiles = 0, npages = 0;
   if (rel_end > 0) {
     const int kmax = (rel_end - 1) / P / 4;  // the warp's last page
@@ -488,9 +502,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
           KVQ_UNROLL
           for (int hh = 0; hh < 2; ++hh) y[nt][w][u][hh] = sacc[w][nt][2 * u + hh];
   };
-  // The softcap, the mask of a ragged last tile and the lane's max per row of the step just
-  // computed.
-  auto step_scores = [&]() {
+  // The softcap, the mask of a ragged last tile, the mask of the sink tokens (sink_lim: tokens
+  // base + [0, sink_lim) of the step; a constant 0 at every call but the warp's first step) and the
+  // lane's max per row of the step just computed.
+  auto step_scores = [&](int sink_lim) {
     if (capped) {
       KVQ_UNROLL
       for (int nt = 0; nt < NT; ++nt)
@@ -514,6 +529,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
           KVQ_UNROLL
           for (int u = 0; u < 2; ++u)
             if (rel0[w] + g + 8 * u >= rel_end) y[nt][w][u][0] = y[nt][w][u][1] = -INFINITY;
+    }
+    if (sink_lim > 0) {
+      asm volatile("");
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w)
+          KVQ_UNROLL
+          for (int u = 0; u < 2; ++u)
+            if (rel0[w] + g + 8 * u < sink_lim) y[nt][w][u][0] = y[nt][w][u][1] = -INFINITY;
     }
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)
@@ -607,7 +632,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
       cp_async_wait<2 * (SPM - 1)>();
       __syncwarp();
       step_logits(0, 0);
-      step_scores();
+      step_scores(sink_rel);
       __syncwarp();
       issue_ahead(kValues, 0, 0);
     }
@@ -628,7 +653,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
             for (int e = 0; e < NT * W * 4; ++e) (&yp[0][0][0][0])[e] = (&y[0][0][0][0])[e];
             step_logits(mm, t);
             step_values(tp, yp);
-            step_scores();
+            step_scores(0);
           } else {
             // Keeps the two arms apart: hoisted in front of the branch, their common start (step
             // k - 1's exponentials) would leave the pipelined block.
@@ -656,7 +681,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
         __syncwarp();
         if (mm * U + t < ntiles) {
           step_logits(mm, t);
-          step_scores();
+          // t == 0: a uniform branch a macro-iteration (the warp's sink_rel published before the loop)
+          step_scores(mm == 0 && t == 0 ? reinterpret_cast<volatile int*>(first_step_sinks)[threadIdx.x / 32] : 0);
           step_rescale();
           step_values(t, y);
         }

@@ -1,6 +1,11 @@
 // kvq/decode/tail_kernel.cuh - decode attention over a sequence's tail: the tokens after the
 // records (hot ring rows, then the step's new tokens), read in the model dtype. Never a record:
 // records_end (token_source.hpp) is where the hot rows begin.
+// Attention sinks: the kernel instantiated with kSinks (kvq::decode takes it for a view with
+// sinks; without them it is the kernel without that code) also attends a sequence's sink tokens
+// [0, min(sinks, records_end)), which the records kernel masks: one more chunk of slot 0 (the
+// sink buffer, or the ring rows while page 0 turns cold in this step), so the merge's slot
+// accounting is unchanged.
 //
 // Work item = (slot, sequence, KV head x row tile of kDecodeRowsPerCta = 8 query rows), item index
 // = slot + tail_slots * (sequence + batch * (head x row tile)). Slot n covers the plan.tail_span
@@ -44,7 +49,7 @@ namespace detail {
 static_assert(kDecodeWarps == kDecodeTailChunksInFlight, "a tail CTA's warps take one chunk each at a time");
 static_assert(kDecodeTailChunk == 16 && kDecodeRowsPerCta == 8, "a tail chunk is one m16n8k16 tile");
 
-template <class Cfg>
+template <class Cfg, bool kSinks = false>
 __global__ void __launch_bounds__(kDecodeWarps * 32, Cfg::head_dim <= 128 ? 4 : 1) KVQ_HIDDEN
     decode_tail_kernel(CacheView<typename Cfg::dtype> v, AttentionBatch<typename Cfg::dtype> a, DecodePlan plan,
                        DecodeWorkspace ws, uint32_t* flags) {
@@ -104,10 +109,37 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, Cfg::head_dim <= 128 ? 4 : 
     for (int mt = 0; mt < MT; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
     const int64_t last[2] = {s.len + (row0 + 2 * i) / group, s.len + (row0 + 2 * i + 1) / group};
     const SeqAppend ap = as_append(s);
-    const auto row_k = [&](int64_t t) { return source_row(v, v.hot_k, a.new_k, ap, t < item_end ? t : first_t, h, D, P); };
-    const auto row_v = [&](int64_t t) { return source_row(v, v.hot_v, a.new_v, ap, t < item_end ? t : first_t, h, D, P); };
-    for (int64_t start = first_t + int64_t(kDecodeTailChunk) * warp; start < item_end;
-         start += int64_t(kDecodeTailChunk) * kDecodeWarps) {
+    // Attention sinks (kSinks: a view with sinks): tokens [0, ns), ns = min(sinks, records_end),
+    // which the records kernel masks, are one more chunk of slot 0, taken by the warp with the
+    // fewest chunks of the slot before its own: the chunk "starting" at sink_start = its first
+    // chunk's start - 4 chunks (below first_t, so the loop's step then reaches its first chunk),
+    // whose token sink_start + j is sink token j: the sink row below cold, else (page 0 turning
+    // cold in this step) the ring row. Tokens j >= ns read sink token 0's row (finite) and are
+    // masked; every query row sees the others (they lie below len).
+    int64_t first_chunk = first_t + int64_t(kDecodeTailChunk) * warp, sink_start = -1;
+    int ns = 0;
+    if constexpr (kSinks) {
+      const int64_t rec_end = records_end(s);
+      ns = slot == 0 ? int(v.sinks < rec_end ? v.sinks : rec_end) : 0;
+      const int64_t chunks = (item_end - first_t + kDecodeTailChunk - 1) / kDecodeTailChunk;
+      if (ns > 0 && warp == int(chunks % kDecodeWarps))
+        first_chunk = sink_start = first_chunk - int64_t(kDecodeTailChunk) * kDecodeWarps;
+    }
+    const auto sink_row = [&](const T* sink, const T* ring, const T* fresh, int64_t t) {
+      const int j = t - sink_start < ns ? int(t - sink_start) : 0;
+      return j < s.cold ? sink + sink_offset(s.slot, j, h, v.sinks, v.num_kv_heads, D) : source_row(v, ring, fresh, ap, j, h, D, P);
+    };
+    const auto row_k = [&](int64_t t) {
+      if constexpr (kSinks)
+        if (t < first_t) return sink_row(v.sink_k, v.hot_k, a.new_k, t);
+      return source_row(v, v.hot_k, a.new_k, ap, t < item_end ? t : first_t, h, D, P);
+    };
+    const auto row_v = [&](int64_t t) {
+      if constexpr (kSinks)
+        if (t < first_t) return sink_row(v.sink_v, v.hot_v, a.new_v, t);
+      return source_row(v, v.hot_v, a.new_v, ap, t < item_end ? t : first_t, h, D, P);
+    };
+    for (int64_t start = first_chunk; start < item_end; start += int64_t(kDecodeTailChunk) * kDecodeWarps) {
       uint4 k0[KB], k1[KB], vt[4][VU];
       {
         const T* r0 = row_k(start + g) + 8 * i;
@@ -142,7 +174,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, Cfg::head_dim <= 128 ? 4 : 
         for (int u = 0; u < 2; ++u) {
           const int64_t t = start + g + 8 * u;
           const float y = attention_logit(sacc[2 * u + hh], a.softmax_scale, a.softcap) * 1.4426950408889634f;
-          x[u][hh] = t < item_end && t <= last[hh] ? y : -INFINITY;
+          bool keep = t < item_end && t <= last[hh];
+          if constexpr (kSinks)
+            if (start == sink_start) keep = t - sink_start < ns;
+          x[u][hh] = keep ? y : -INFINITY;
           mx = fmaxf(mx, x[u][hh]);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));

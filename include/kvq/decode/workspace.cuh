@@ -40,7 +40,8 @@ inline DecodeWorkspace carve(const DecodePlan& p, void* ws) {
 
 // Tokens one tail slot covers (plan.tail_span chunks), and the tail slots sequence s fills: its
 // tail is [records_end(s), len + q_len), at most plan.tail_slots slots for a sequence the plan
-// serves. Shared by the tail kernel (which writes them) and the merge (which reads them).
+// serves. Shared by the tail kernel (which writes them) and the merge (which reads them). Slot 0
+// (always filled: q_len >= 1) also holds the attention sinks' chunk (tail_kernel.cuh).
 KVQ_HD int64_t tail_slot_tokens(const DecodePlan& plan) { return int64_t(plan.tail_span) * kDecodeTailChunk; }
 KVQ_HD int64_t tail_slots_used(const SeqAttention& s, const DecodePlan& plan) {
   const int64_t span = tail_slot_tokens(plan);
