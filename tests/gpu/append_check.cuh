@@ -23,7 +23,7 @@ struct DeviceMirror {
   using T = typename Cfg::dtype;
   DeviceBuffer<uint8_t> cold;
   DeviceBuffer<T> hot_k, hot_v;
-  DeviceBuffer<T> sink_k, sink_v;  // attention sinks (empty without)
+  DeviceBuffer<T> sink_k, sink_v;  // attention sinks (empty when the host cache keeps none)
   DeviceBuffer<int32_t> block_table, hot_slot, len, cold_len;
 
   void upload(const kvq::reference::HostCache<Cfg>& h) {
@@ -45,8 +45,8 @@ struct DeviceMirror {
     v.cold = cold.get();
     v.hot_k = hot_k.get();
     v.hot_v = hot_v.get();
-    v.sink_k = v.sinks ? sink_k.get() : nullptr;
-    v.sink_v = v.sinks ? sink_v.get() : nullptr;
+    v.sink_k = v.sinks > 0 ? sink_k.get() : nullptr;
+    v.sink_v = v.sinks > 0 ? sink_v.get() : nullptr;
     v.block_table = block_table.get();
     v.hot_slot = hot_slot.get();
     return v;
@@ -59,8 +59,10 @@ struct DeviceMirror {
                                   << ", offset " << dc % static_cast<long long>(Cfg::record_bytes) << ")");
     CHECK_MESSAGE(dk == -1, where << ": hot K ring differs at byte " << dk);
     CHECK_MESSAGE(dv == -1, where << ": hot V ring differs at byte " << dv);
-    CHECK_MESSAGE(first_difference(sink_k.download(), h.sink_k) == -1, where << ": sink K rows differ");
-    CHECK_MESSAGE(first_difference(sink_v.download(), h.sink_v) == -1, where << ": sink V rows differ");
+    const long long dsk = first_difference(sink_k.download(), h.sink_k);
+    const long long dsv = first_difference(sink_v.download(), h.sink_v);
+    CHECK_MESSAGE(dsk == -1, where << ": sink K rows differ at byte " << dsk);
+    CHECK_MESSAGE(dsv == -1, where << ": sink V rows differ at byte " << dsv);
   }
 };
 
