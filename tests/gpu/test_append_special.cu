@@ -166,6 +166,78 @@ TEST_SUITE("gpu") {
     expect_rejected({0, 0, 5, 3}, 8, "rows past cu_new[batch]");
   }
 
+  TEST_CASE("append: attention sinks with the ring rows of page 0 overwritten in the same launch (R = 0)") {
+    // W = P = 64: page 0 turns cold while new tokens 64.. land in ring rows 0.. that hold its sink
+    // rows; the sink copy must read them first. Sequence 1 does the same from a one-shot prompt.
+    for (int sinks : {1, 16}) {
+      auto host = make_host(2, 0, 61 + uint64_t(sinks));
+      REQUIRE(host.set_encoding(sinks, kvq::KeyClip::kMse) == kvq::Status::kSuccess);
+      for (auto& x : host.sink_k) x.bits = 0x7fc1;
+      for (auto& x : host.sink_v) x.bits = 0x7fc1;
+      kvq_test::DeviceMirror<Cfg> dev;
+      dev.upload(host);
+      kvq_test::KvGenerator gen(2, 128, 62);
+      const std::string where = "sinks " + std::to_string(sinks);
+      REQUIRE(kvq_test::step_both(host, dev, {63, 5}, gen, false, where + " fill"));
+      REQUIRE(kvq_test::step_both(host, dev, {40, 120}, gen, false, where + " hazard"));
+      REQUIRE(kvq_test::step_both(host, dev, {1, 1}, gen, false, where + " after"));
+      CHECK(host.cold_len == std::vector<int32_t>{64, 64});
+    }
+  }
+
+  TEST_CASE("append: attention sink arguments rejected on the host write nothing") {
+    auto host = make_host(2, 64, 71);
+    REQUIRE(host.set_encoding(4, kvq::KeyClip::kMse) == kvq::Status::kSuccess);
+    for (auto& x : host.sink_k) x.bits = 0x1111;
+    for (auto& x : host.sink_v) x.bits = 0x2222;
+    kvq_test::DeviceMirror<Cfg> dev;
+    dev.upload(host);
+    const std::vector<int32_t> cu{0, 130, 260};  // both sequences' page 0 would turn cold
+    for (int b = 0; b < 2; ++b) REQUIRE(host.reserve(b, 130));
+    dev.upload_tables(host);
+    kvq_test::DeviceBuffer<int32_t> d_cu(cu);
+    kvq_test::DeviceBuffer<T> d_k(260 * 2 * 128), d_v(260 * 2 * 128);
+    kvq_test::DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
+    kvq::AppendBatch<T> a;
+    a.batch = 2;
+    a.lengths = kvq::SeqLengths{dev.len.get(), dev.cold_len.get()};
+    a.cu_new = d_cu.get();
+    a.new_k = d_k.get();
+    a.new_v = d_v.get();
+    const kvq::CacheView<T> v = dev.view(host);
+    REQUIRE(v.sinks == 4);
+    auto expect = [&](kvq::CacheView<T> bad, kvq::Status want, const char* what) {
+      CHECK_MESSAGE(kvq::append<Cfg>(bad, a, 130, d_flags.get(), nullptr) == want, what);
+    };
+    kvq::CacheView<T> w = v;
+    w.sink_k = v.sink_k + 1;  // 2 bytes off: rows are copied 16 bytes at a time
+    expect(w, kvq::Status::kInvalidShape, "sink_k misaligned");
+    w = v;
+    w.sink_v = v.sink_v + 4;
+    expect(w, kvq::Status::kInvalidShape, "sink_v misaligned");
+    w = v;
+    w.sink_k = nullptr;
+    expect(w, kvq::Status::kNullPointer, "sink_k null");
+    w = v;
+    w.sink_v = nullptr;
+    expect(w, kvq::Status::kNullPointer, "sink_v null");
+    for (int sinks : {-1, 17, 64}) {
+      w = v;
+      w.sinks = sinks;
+      expect(w, kvq::Status::kConfigMismatch, "sinks out of range");
+    }
+    w = v;
+    w.key_clip = static_cast<kvq::KeyClip>(2);
+    expect(w, kvq::Status::kConfigMismatch, "key_clip not a KeyClip");
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    dev.expect_equal(host, "after rejected sink arguments");  // pool, rings and sink rows
+    CHECK(d_flags.download()[0] == 0u);
+    // The same call with the view as it was is accepted and writes the sink rows.
+    REQUIRE(kvq::append<Cfg>(v, a, 130, d_flags.get(), nullptr) == kvq::Status::kSuccess);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(kvq_test::first_difference(dev.sink_k.download(), host.sink_k) != -1);
+  }
+
   TEST_CASE("append: captured once in a CUDA graph, replayed with different lengths") {
     auto host = make_host(4, 128, 41);
     kvq_test::DeviceMirror<Cfg> dev;

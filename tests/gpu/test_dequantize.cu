@@ -3,21 +3,27 @@
 #include <kvq/dequant/dequantize_impl.cuh>
 #include <kvq/reference/dequantize.hpp>
 
+#include <cstring>
+
 #include "append_check.cuh"
 
 namespace {
 
 // long_pages: the pages of sequence 2's prompt (40 by default; past kDequantMaxPageCtas the strided
-// kernel runs, whose blocks write several pages each).
-// Policy: the kernels' tuning.
+// kernel runs, whose blocks write several pages each). Policy: the kernels' tuning. sinks /
+// key_clip: the cache's encoding (page 0 of sequences 2 and 3 is cold: its sink tokens come from
+// the sink rows; sequence 0 is empty and 1 may have page 0 hot); the sink buffers start as random bits.
 template <class Cfg, class Policy = kvq::DequantizePolicy>
-void check_dequantize(uint64_t seed, int long_pages = 40) {
+void check_dequantize(uint64_t seed, int long_pages = 40, int sinks = 0, kvq::KeyClip key_clip = kvq::KeyClip::kMinMax) {
   using T = typename Cfg::dtype;
   constexpr int P = Cfg::page, D = Cfg::head_dim;
   std::mt19937_64 rng(seed);
   const int heads = 2, batch = 4, residual = P * int(1 + rng() % 2), max_pages = long_pages + 24, slots = batch + 1;
   kvq::reference::HostCache<Cfg> host(heads, int64_t(batch) * max_pages, slots, residual, max_pages, batch);
   for (int b = 0; b < batch; ++b) host.hot_slot[size_t(b)] = (b + 2) % slots;
+  REQUIRE(host.set_encoding(sinks, key_clip) == kvq::Status::kSuccess);
+  for (auto& x : host.sink_k) x.bits = uint16_t(rng());
+  for (auto& x : host.sink_v) x.bits = uint16_t(rng());
   kvq_test::DeviceMirror<Cfg> dev;
   dev.upload(host);
   kvq_test::KvGenerator gen(heads, D, seed + 1);
@@ -52,6 +58,19 @@ void check_dequantize(uint64_t seed, int long_pages = 40) {
     const std::vector<T> sv(gv.begin() + long(off), gv.begin() + long(off + rv.size()));
     CHECK_MESSAGE(kvq_test::first_difference(sk, rk) == -1, "sequence " << b << " K differs");
     CHECK_MESSAGE(kvq_test::first_difference(sv, rv) == -1, "sequence " << b << " V differs");
+    // With sinks and page 0 cold, tokens [0, sinks) are the sink rows, bit for bit.
+    if (sinks > 0 && host.cold_len[size_t(b)] > 0) {
+      const auto view = host.view();
+      for (int t = 0; t < sinks; ++t)
+        for (int h = 0; h < heads; ++h) {
+          const size_t src = kvq::sink_offset(view.hot_slot[b], t, h, sinks, heads, D);
+          const size_t dst = (size_t(t) * heads + h) * D;
+          CHECK_MESSAGE(std::memcmp(sk.data() + dst, host.sink_k.data() + src, D * sizeof(T)) == 0,
+                        "sequence " << b << " sink token " << t << " K is not the sink row");
+          CHECK_MESSAGE(std::memcmp(sv.data() + dst, host.sink_v.data() + src, D * sizeof(T)) == 0,
+                        "sequence " << b << " sink token " << t << " V is not the sink row");
+        }
+    }
   }
   // A sequence with fewer output rows than tokens is skipped and reported; the others are written.
   std::vector<int32_t> short_cu = cu;
@@ -121,6 +140,35 @@ TEST_SUITE("gpu") {
     check_dequantize<kvq::CacheConfig<kvq::fp16, 64, 32, kvq::Int4<32>, kvq::Int2<32>>>(102);
     check_dequantize<kvq::CacheConfig<kvq::bf16, 256, 16, kvq::Int8, kvq::Int8>>(103);
     check_dequantize<kvq::CacheConfig<kvq::fp16, 128, 64, kvq::NoQuant, kvq::NoQuant>>(104);
+  }
+  TEST_CASE("dequantize: attention sinks (page 0's first tokens from the sink rows), bit-identical") {
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>>(111, 40, 4, kvq::KeyClip::kMinMax);
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>>(112, 40, 16, kvq::KeyClip::kMse);
+    check_dequantize<kvq::CacheConfig<kvq::fp16, 64, 32, kvq::Int4<32>, kvq::Int2<32>>>(113, 40, 16, kvq::KeyClip::kMse);
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 256, 16, kvq::Int8, kvq::Int8>>(114, 40, 15, kvq::KeyClip::kMinMax);
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>>(115, 40, 1, kvq::KeyClip::kMse);
+    // the strided kernel (page 0 among a block's several pages)
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 32, kvq::Int2<32>, kvq::Int2<32>>>(116, 1100, 8, kvq::KeyClip::kMinMax);
+  }
+  TEST_CASE("dequantize: attention sinks on a configuration that quantizes nothing are refused, nothing written") {
+    using Cfg = kvq::CacheConfig<kvq::fp16, 128, 64, kvq::NoQuant, kvq::NoQuant>;
+    using T = Cfg::dtype;
+    kvq::reference::HostCache<Cfg> host(1, 8, 2, 0, 4, 1);
+    kvq_test::DeviceMirror<Cfg> dev;
+    dev.upload(host);
+    const std::vector<T> poison(size_t(2) * 4 * 128, T{0x1234});
+    kvq_test::DeviceBuffer<T> sk(poison), sv(poison), ko(size_t(64) * 128), vo(size_t(64) * 128);
+    kvq_test::DeviceBuffer<int32_t> d_cu(std::vector<int32_t>{0, 64});
+    kvq_test::DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
+    kvq::CacheView<T> v = dev.view(host);
+    v.sinks = 4;
+    v.sink_k = sk.get();
+    v.sink_v = sv.get();
+    CHECK(kvq::dequantize<Cfg>(v, kvq::SeqLengths{dev.len.get(), dev.cold_len.get()}, 1, d_cu.get(), 64, ko.get(), vo.get(),
+                               d_flags.get(), nullptr) == kvq::Status::kConfigMismatch);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(kvq_test::first_difference(sk.download(), poison) == -1);
+    CHECK(d_flags.download()[0] == 0u);
   }
   TEST_CASE("dequantize: past 512 pages a block writes several pages (the strided kernel), bit-identical") {
     check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 32, kvq::Int2<32>, kvq::Int2<32>>>(105, 1100);

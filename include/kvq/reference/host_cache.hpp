@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvq/cache/append_plan.hpp"
 #include "kvq/cache/rollback.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
@@ -64,10 +65,15 @@ class HostCache {
 
   // Attention sinks and the key encoder (cache/view.hpp): keep tokens [0, sinks) of every
   // sequence unquantized, choose key group ranges by `key_clip`. Before the first append;
-  // kConfigMismatch for sinks outside [0, min(kMaxSinks, page - 1)] (nothing changes then).
+  // kConfigMismatch (nothing changes then) for sinks outside [0, min(kMaxSinks, page - 1)], for
+  // sinks > 0 on a configuration that quantizes neither K nor V (check_sinks: every entry point
+  // refuses that view), or for a key_clip that is not a KeyClip value.
   Status set_encoding(int sinks, KeyClip key_clip) {
     if (status_ != Status::kSuccess) return status_;
     if (sinks < 0 || sinks > kMaxSinks || sinks >= Cfg::page) return Status::kConfigMismatch;
+    CacheView<T> probe;
+    probe.sinks = sinks;
+    if (check_sinks<Cfg>(probe) != Status::kSuccess) return Status::kConfigMismatch;
     if (key_clip != KeyClip::kMinMax && key_clip != KeyClip::kMse) return Status::kConfigMismatch;
     sinks_ = sinks;
     key_clip_ = key_clip;
