@@ -50,6 +50,20 @@ struct PasskeyOptions {
 std::vector<CsvRow> run_passkey(const Tokenizer& tok, const ModelFactory& make, const CacheSpec& spec,
                                 const PasskeyOptions& opt);
 
+// run_passkey's prompt for one trial: the intro, filler, the key sentence at `depth`, filler, the
+// question (length and depth as --lengths / --depths give them).
+struct PasskeyPrompt {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> key_digits;  // positions of the key's digit tokens (both mentions of the key)
+  int key = 0;
+};
+PasskeyPrompt passkey_prompt(const Tokenizer& tok, int64_t length, double depth, int key);
+// The key of a run with one cell and one trial (passkey --lengths L --depths D --trials 1 --seed S).
+int passkey_first_key(uint64_t seed);
+// Greedy answer after a prompt whose last logits are `logits` (sequence `seq` of m), and its score.
+std::string passkey_answer(Model& m, int seq, const Tokenizer& tok, std::vector<float>& logits);
+bool passkey_correct(const std::string& answer, int key);
+
 struct GenerateOptions {
   std::vector<std::string> prompts;  // chat turns (the chat template is applied); empty: built-in set
   std::string passage_path;          // text for the built-in long-context prompts
