@@ -50,6 +50,39 @@ struct PasskeyOptions {
 std::vector<CsvRow> run_passkey(const Tokenizer& tok, const ModelFactory& make, const CacheSpec& spec,
                                 const PasskeyOptions& opt);
 
+// run_passkey's prompt for one trial: the intro, filler, the key sentence at `depth`, filler, the
+// question (length and depth as --lengths / --depths give them).
+struct PasskeyPrompt {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> key_digits;  // positions of the key's digit tokens (both mentions of the key)
+  int key = 0;
+};
+PasskeyPrompt passkey_prompt(const Tokenizer& tok, int64_t length, double depth, int key);
+// The key of a run with one cell and one trial (passkey --lengths L --depths D --trials 1 --seed S).
+int passkey_first_key(uint64_t seed);
+// Greedy answer after a prompt whose last logits are `logits` (sequence `seq` of m), and its score.
+std::string passkey_answer(Model& m, int seq, const Tokenizer& tok, std::vector<float>& logits);
+bool passkey_correct(const std::string& answer, int key);
+
+struct DiagnoseOptions {
+  // Windows of a text (as perplexity); used when text_path is set.
+  std::string text_path;
+  int64_t window = 2048;
+  int windows = 1;
+  int64_t start = 0;
+  int query_stride = 8;  // queries analysed: positions stride-1, 2*stride-1, ... of each window
+  // One passkey prompt (as passkey; its key is passkey_first_key(seed)); used when length > 0.
+  int64_t passkey_length = 0;
+  double passkey_depth = 0.5;
+  uint64_t seed = 1;
+  int chunk = 256;
+  std::string csv_path;  // long-format rows (eval_diagnose.cpp); empty: none
+};
+// Why a quantized format loses accuracy, per layer (CPU backend, decode path; eval_diagnose.cpp):
+// attention on the first tokens, key-group statistics, the logit error of quantized keys and what
+// it does to the attention; for the passkey prompt, the same for the key's digits at the last query.
+void run_diagnose(const Tokenizer& tok, const ModelFactory& make, const CacheSpec& spec, const DiagnoseOptions& opt);
+
 struct GenerateOptions {
   std::vector<std::string> prompts;  // chat turns (the chat template is applied); empty: built-in set
   std::string passage_path;          // text for the built-in long-context prompts

@@ -56,6 +56,10 @@ void KvCache::check_room(const std::vector<SeqRows>& items) const {
   }
 }
 
+HeadKv KvCache::head_kv(int, int, int) const {
+  throw Error("kv cache: the K/V mirrors exist only on the CPU backend's decode attention path");
+}
+
 std::unique_ptr<KvCache> make_kv_cache(const CacheSpec& spec, int layers, int kv_heads, int head_dim, int max_seqs,
                                        int64_t max_len) {
   if (head_dim != 64) throw Error("kv cache: head dim " + std::to_string(head_dim) + " is not compiled (this example: 64)");

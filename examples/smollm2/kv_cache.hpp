@@ -11,6 +11,7 @@
 //              kvq::reference::append.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -68,6 +69,37 @@ struct AttentionCall {
 std::vector<AttentionCall> attention_calls(AttentionPath path, int residual, int page, const std::vector<SeqRows>& items,
                                            const std::vector<int64_t>& len, const std::vector<int64_t>& cold);
 
+// Query at position p of the decode path sees tokens below this bound as the cache yields them
+// (quantized) and the newer ones unquantized: min(p, cold_after(p + 1)), where cold_before is the
+// sequence's cold length before the step that holds p.
+inline int64_t decode_cold_boundary(int64_t p, int64_t cold_before, int residual, int page) {
+  return std::min<int64_t>(p, kvq::cold_after(p + 1, cold_before, residual, page));
+}
+
+// Read access to what the decode path attends over for one KV head of one sequence (diagnostics:
+// eval_diagnose.cpp). K in 16-token tiles (k_tile_index, attention_cpu.hpp), V row-major [t][64];
+// k_raw / v_raw: the unquantized (bf16) values of tokens [0, len); k_quant / v_quant: what the
+// cache yields for tokens [0, cold) (dequantized pages, sink tokens as the cache keeps them, or an
+// ablation's simulated values). Rotated when the model rotates (the cache's own domain).
+struct HeadKv {
+  const float* k_raw_t = nullptr;
+  const float* k_quant_t = nullptr;
+  const float* v_raw = nullptr;
+  const float* v_quant = nullptr;
+  int64_t len = 0, cold = 0;
+};
+
+class KvCache;
+
+// Called by KvCache::step on the decode path after each layer's attention (items and q exactly as
+// step received them; cold_before: per item, the sequence's cold length before the step).
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void on_step(const KvCache& cache, ThreadPool& pool, int layer, const std::vector<SeqRows>& items,
+                       const std::vector<int64_t>& cold_before, int num_q_heads, const kvq::bf16* q) = 0;
+};
+
 // What save() captures: enough to rewind a sequence to that point later (prefix sharing).
 struct SeqState {
   int seq = -1;
@@ -95,6 +127,12 @@ class KvCache {
   // Rewinds `seq` to a state saved from it; everything appended since is dropped.
   virtual void restore(const SeqState& state) = 0;
   virtual size_t cold_bytes_per_token() const = 0;  // all layers
+  // Diagnostics: the CPU cache's decode path only (elsewhere: throws Error).
+  virtual HeadKv head_kv(int layer, int seq, int h) const;
+  void set_observer(StepObserver* observer) { observer_ = observer; }
+
+ protected:
+  StepObserver* observer_ = nullptr;
 };
 
 // Throws Error for a configuration this binary does not hold (with the list of those it holds).

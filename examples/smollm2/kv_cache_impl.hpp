@@ -86,7 +86,7 @@ class KvCacheImpl final : public KvCache {
         // Query len+i sees what decoding step len+i would: the cache after appending its own
         // token (cold below cold_after(len+i+1)), except its own K/V, which is always fresh.
         for (int i = 0; i < it.count; ++i)
-          cold[size_t(i)] = std::min<int64_t>(len + i, kvq::cold_after(len + i + 1, cold_before[size_t(t / kv_heads_)], spec_.residual, P));
+          cold[size_t(i)] = decode_cold_boundary(len + i, cold_before[size_t(t / kv_heads_)], spec_.residual, P);
         std::vector<float> qs(size_t(it.count) * size_t(group) * D);
         for (int i = 0; i < it.count; ++i)
           for (int e = 0; e < group * D; ++e)
@@ -95,7 +95,17 @@ class KvCacheImpl final : public KvCache {
         attend_head(mirror(layer, it.seq, h), len, it.count, cold.data(), group, qs.data(), int64_t(group) * D,
                     out + (size_t(it.row) * size_t(num_q_heads) + size_t(h * group)) * D, int64_t(num_q_heads) * D);
       });
+      if (observer_) observer_->on_step(*this, pool, layer, items, cold_before, num_q_heads, q);
     }
+  }
+
+  HeadKv head_kv(int layer, int seq, int h) const override {
+    if (spec_.path != AttentionPath::kDecode) throw Error("kv cache: head_kv needs --attention decode");
+    if (layer < 0 || size_t(layer) >= layers_.size() || seq < 0 || seq >= max_seqs_ || h < 0 || h >= kv_heads_)
+      throw Error("kv cache: head_kv out of range");
+    const Mirror& m = mirrors_[(size_t(layer) * size_t(max_seqs_) + size_t(seq)) * size_t(kv_heads_) + size_t(h)];
+    const Host& c = layers_[size_t(layer)];
+    return HeadKv{m.kr_t.get(), m.kq_t.get(), m.vr.get(), m.vq.get(), c.len[size_t(seq)], c.cold_len[size_t(seq)]};
   }
 
   SeqState save(int seq) const override {

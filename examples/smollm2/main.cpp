@@ -45,6 +45,11 @@ const char* kUsage =
     "  perplexity --text FILE [--window 4096] [--windows 4] [--start 0] [--chunk 256] [--batch 2]\n"
     "  passkey [--lengths 1024,2048,4096,8192] [--depths 0.1,0.3,0.5,0.7,0.9] [--trials 4] [--seed 1] [--chunk 256]\n"
     "  generate [--prompt TEXT]... [--passage FILE] [--max-new 128] [--chunk 256]\n"
+    "  diagnose [--text FILE [--window 2048] [--windows 1] [--start 0] [--query-stride 8]]\n"
+    "           [--passkey-prompt LENGTH,DEPTH [--seed 1]] [--chunk 256]\n"
+    "                             why a format loses accuracy, per layer (CPU, --attention decode): attention on\n"
+    "                             token 0, key-group statistics, logit error of quantized keys (eval_diagnose.cpp);\n"
+    "                             --csv FILE: long-format rows (its own columns)\n"
     "  tokenize --text FILE       print the token ids of a text\n"
     "  next --prompt TEXT         print the 5 likeliest next tokens (id:logit) after TEXT (no chat template)\n"
     "  info                       print the model and cache configuration\n";
@@ -85,7 +90,7 @@ Args parse(int argc, char** argv) {
   static const char* known[] = {"model", "device", "format", "gk", "gv", "residual", "page", "attention", "threads", "max-context",
                                 "csv", "text", "window", "windows", "start", "chunk", "batch", "lengths", "depths",
                                 "trials", "seed", "prompt", "passage", "max-new", "rotate", "sinks", "key-clip", "ablate-kv",
-                                "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis"};
+                                "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis", "query-stride", "passkey-prompt"};
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -201,6 +206,23 @@ int run(int argc, char** argv) {
     o.max_new = int(a.num("max-new", o.max_new));
     o.chunk = int(a.num("chunk", o.chunk));
     rows = run_generate(tok, make, spec, o);
+  } else if (a.command == "diagnose") {
+    DiagnoseOptions o;
+    o.text_path = a.str("text");
+    o.window = a.num("window", o.window);
+    o.windows = int(a.num("windows", o.windows));
+    o.start = a.num("start", o.start);
+    o.query_stride = int(a.num("query-stride", o.query_stride));
+    if (a.has("passkey-prompt")) {
+      const std::vector<double> pk = a.list<double>("passkey-prompt", {});
+      if (pk.size() != 2 || pk[0] < 1) throw Error("--passkey-prompt expects LENGTH,DEPTH (e.g. 4096,0.5)");
+      o.passkey_length = int64_t(pk[0]);
+      o.passkey_depth = pk[1];
+    }
+    o.seed = uint64_t(a.num("seed", 1));
+    o.chunk = int(a.num("chunk", o.chunk));
+    o.csv_path = a.str("csv");
+    run_diagnose(tok, make, spec, o);
   } else {
     throw Error("unknown command '" + a.command + "'");
   }

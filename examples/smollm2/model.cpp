@@ -93,6 +93,8 @@ std::vector<SeqRows> batch_rows(const std::vector<SeqTokens>& batch, int vocab) 
   return items;
 }
 
+void Model::set_step_observer(StepObserver*) { throw Error("diagnostics run on the CPU backend only (--device cpu)"); }
+
 namespace {
 
 struct Layer {
@@ -138,6 +140,10 @@ class CpuModel final : public Model {
   void reset(int seq) override { cache_->reset(seq); }
   SeqState save(int seq) const override { return cache_->save(seq); }
   void restore(const SeqState& s) override { cache_->restore(s); }
+  void set_step_observer(StepObserver* observer) override {
+    if (cache_->spec().path != AttentionPath::kDecode) throw Error("diagnostics need --attention decode");
+    cache_->set_observer(observer);
+  }
 
   void forward(const std::vector<SeqTokens>& batch, bool all_logits, std::vector<float>& logits) override {
     const int d = cfg_.d_model, hd = cfg_.head_dim, kvd = cfg_.n_kv_head * hd, ff = cfg_.d_ff;

@@ -52,6 +52,9 @@ class Model {
   virtual void forward(const std::vector<SeqTokens>& batch, bool all_logits, std::vector<float>& logits) = 0;
   virtual SeqState save(int seq) const = 0;
   virtual void restore(const SeqState& state) = 0;
+  // Diagnostics (eval_diagnose.cpp): called after each layer's attention with that layer's
+  // queries (KvCache::set_observer). CPU backend, decode path only; elsewhere throws Error.
+  virtual void set_step_observer(StepObserver* observer);
 };
 
 // threads <= 0: all cores. bf16_attention_out: the attention output is rounded to bf16, as kvq's
