@@ -29,9 +29,9 @@ constexpr int kDecodeManyRows = 64;     // query rows one CTA of the many-row ke
 // store the model dtype in both roles ("none": many_rows_kernel), more than 16 rows go to the
 // many-row kernel, kDecodeManyRows a CTA over tiles in shared memory, where the plan's batch holds
 // at least kDecodeManyRowsMinTokens tokens (batch_tokens: batch x max_tokens): with fewer, its
-// per-CTA fixed costs made it slower (measured on an H100: batch 1 x 32K at q_len 8 +24 %,
-// bench/NOTES.md run g6). For quantized configurations that kernel's dequantization in shared
-// memory measured slower than the records kernel's unpacking (H100, bench/NOTES.md run g2).
+// per-CTA fixed costs make it slower (measured on an H100: +24 % at batch 1 x 32K, q_len 8). For
+// quantized configurations that kernel's dequantization in shared memory measured slower than the
+// records kernel's unpacking (H100). Both in docs/PERF_NOTES.md.
 constexpr int64_t kDecodeManyRowsMinTokens = int64_t(1) << 17;
 constexpr int decode_rows_per_cta(int head_dim, int group, int max_q_len, bool many_rows_kernel = false,
                                   int64_t batch_tokens = 0) {
@@ -95,18 +95,18 @@ struct TailSchedule {
 // Cost model of a tail item on the H200, in microseconds: resolving the sequence, staging its query
 // rows and storing the slot (a few dependent round trips), then the slot's chunks in rounds of
 // kDecodeTailChunksInFlight (one chunk per warp, each round a load round trip and two small
-// tensor-core products). Measured (bench/NOTES.md, decode v10): alone on the H200 a batch-8 x 128K
-// tail (4 items of 13 chunks a CTA) takes 42 us, a batch-1 one (an item of 7 chunks a CTA) 12 us;
-// the model's round of 2 us leaves room for the slowdown beside the records kernel.
+// tensor-core products). Measured alone on the H200, a batch-8 x 128K tail (4 items of 13 chunks
+// a CTA) takes 42 us, a batch-1 one (an item of 7 chunks a CTA) 12 us; the model's round of 2 us
+// leaves room for the slowdown beside the records kernel.
 constexpr int kTailItemUs = 4, kTailRoundUs = 2;
 constexpr int kDecodeTailChunksInFlight = 4;  // a tail CTA's warps (workspace.cuh, kDecodeWarps)
 constexpr int64_t decode_tail_item_us(int32_t span) {
   return kTailItemUs + int64_t(kTailRoundUs) * ((span + kDecodeTailChunksInFlight - 1) / kDecodeTailChunksInFlight);
 }
 // A records CTA's life (INT2 at D 128, wider formats take longer): ~6 us of prologue and epilogue
-// plus ~1 us a page of its split, estimated from H200 timings of the records kernel (bench/NOTES.md,
-// decode v9 and v10). It is only compared with the tail's costs above (measured on the same GPU),
-// so on another GPU what matters is their ratio.
+// plus ~1 us a page of its split, estimated from H200 timings of the records kernel. It is only
+// compared with the tail's costs above (measured on the same GPU), so on another GPU what matters
+// is their ratio.
 constexpr int64_t decode_records_cta_us(int64_t split_pages) { return 6 + split_pages; }
 // The tail beside the records kernel (its dependent launch) takes the room the one-wave records
 // grid leaves: free_slots records CTAs' worth, tails_per_slot tail CTAs each (0 when the device has
@@ -140,11 +140,11 @@ constexpr TailSchedule decode_tail_schedule(int64_t free_slots, int tails_per_sl
 // as long, and the room they leave lets the tail run beside them instead of after them (one
 // kernel fewer in series). A long split is bound by issue or DRAM, and halving the CTAs costs
 // time. So a halved split may read at most kDecodeTailRoomSplitBytes and hold at most
-// kDecodeTailRoomSplitPages pages. Measured on the H200 (bench/NOTES.md, decode v11c and run f3),
-// at 4K tokens: gains where the halved split reads up to 704 KB in up to 64 pages ("none" batch 8
-// 69 -> 64 us with 22 pages of 32 KB; INT4 batch 32 102 -> 99 us with 64 pages of 10 KB; INT2
-// batch 32 88 -> 75 us), a loss at 1 MB (INT8 batch 32, 64 pages: 131 -> 160 us). The page bound
-// keeps long splits of small records (INT2 batch 1 x 128K, q_len 4: 63 -> 128 pages) at one wave.
+// kDecodeTailRoomSplitPages pages. Measured on the H200 at 4K tokens, halving against not: gains
+// where the halved split reads up to 704 KB in up to 64 pages ("none" batch 8 69 -> 64 us with 22
+// pages of 32 KB; INT4 batch 32 102 -> 99 us with 64 pages of 10 KB; INT2 batch 32 88 -> 75 us), a
+// loss at 1 MB (INT8 batch 32, 64 pages: 131 -> 160 us). The page bound keeps long splits of small
+// records (INT2 batch 1 x 128K, q_len 4: 63 -> 128 pages) at one wave.
 constexpr int64_t kDecodeTailRoomSplitBytes = int64_t(768) << 10;
 constexpr int64_t kDecodeTailRoomSplitPages = 64;
 constexpr int64_t decode_tail_room_split_pages(size_t record_bytes) {

@@ -15,13 +15,15 @@ KVQ_NAMESPACE_BEGIN
 
 struct DecodePolicy {
   // CTAs per multiprocessor the single-row-tile records kernel is compiled for (registers per
-  // thread at most 65536 / (128 x this)); measured in bench/NOTES.md (3 and 5 were slower).
+  // thread at most 65536 / (128 x this)); measured on an H200: 3 and 5 are slower
+  // (docs/PERF_NOTES.md).
   static constexpr int kMinCtas = 4;
   // CTAs per multiprocessor the two-row-tile records kernel (9-16 query rows) is compiled for;
-  // measured in bench/NOTES.md (3: faster in some cells, slower in others).
+  // measured on an H200: 3 is faster in some cells, slower in others (docs/PERF_NOTES.md).
   static constexpr int kMinCtasWide = 1;
   // Tiles of one online-softmax step of the records kernel where its ring has 4 stages (1 or 2;
-  // the copies in flight are the other 4 - this); measured in bench/NOTES.md (1 was slower).
+  // the copies in flight are the other 4 - this); measured on an H200: 1 is slower (the extra
+  // softmax updates cost more than the deeper copy queue gives).
   static constexpr int kStep = 2;
 };
 

@@ -13,7 +13,7 @@
 // With two row tiles (NT = 2) the loop is software-pipelined by one step: a step's values are
 // computed together with the next step's logits (one basic block), and a stage's key and value
 // parts are refilled separately. With one row tile the steps run one after the other and a tile is
-// refilled whole (the form that measured fastest for each, bench/NOTES.md "Decode v15").
+// refilled whole (the form that measured fastest for each on an H100, docs/PERF_NOTES.md).
 // Keys: INT2/INT4 codes enter an fp16 mma as exact (offset + code) pairs (a shift shared by
 // two pairs and one LOP3, quant/offset_code.hpp); the per-channel scale is folded into the query
 // (Q'' = (q 2^-e) * scale, once per key group, fp16 whatever the model dtype) and the zero points
@@ -69,7 +69,7 @@ struct RecordsSmem {
   static constexpr size_t qz_bytes = size_t(rows / 8) * 32 * qz_stride * 4;
   // consts: the two quads of key offsets (mma A operands the loop reuses), read back from shared
   // memory: ptxas then copies them from uniform registers instead of rebuilding the immediates
-  // before every mma (1294 -> 1274 instructions per INT2 macro-iteration with three quads).
+  // before every mma (~20 fewer instructions per INT2 macro-iteration with three quads).
   static constexpr size_t consts_offset = align16(qs_bytes + qz_bytes + size_t(rows) * 4);
   static constexpr size_t q_bytes = (consts_offset + 32 + 127) / 128 * 128;  // the rings start 128-byte aligned
   static constexpr size_t ring_bytes = size_t(kDecodeWarps) * stages * Tile::bytes;
@@ -92,8 +92,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
   // Its own name: an extern __shared__ array is one symbol per translation unit, and the prefill
   // kernel's is 16-byte aligned. 128: q_bytes is a multiple of 128, so the rings start on a
   // 128-byte line, and so does every stage where Tile::bytes is a multiple of 128 (all formats at
-  // D 128): a 512-byte cp.async row then fills 4 lines, not 5 (v4's unaligned rings made "none" 17 %
-  // slower, bench/NOTES.md).
+  // D 128): a 512-byte cp.async row then fills 4 lines, not 5 (rings off a 128-byte line made
+  // "none" ~17 % slower, measured on an H200).
   extern __shared__ __align__(128) uint8_t records_smem[];
   uint8_t* const smem = records_smem;
   float* qs = reinterpret_cast<float*>(smem);                       // [ROWS][D]
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
   // The loop's form: software-pipelined by one step in the two-row-tile kernel (2 CTAs, 8 warps a
   // multiprocessor: a warp's own independent work is what hides its latencies), one step after the
   // other in the single-row-tile kernel (16 warps a multiprocessor hide them; the pipelined form
-  // costs ~6 % more instructions there). bench/NOTES.md, decode v15.
+  // costs ~6 % more instructions there and measured slower on an H100: docs/PERF_NOTES.md).
   constexpr bool kPipelined = NT > 1;
   constexpr int NPM = U >= TPP ? U / TPP : 1;  // pages per macro-iteration
   constexpr int MPP = U >= TPP ? 1 : TPP / U;  // macro-iterations per page
@@ -557,8 +557,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
   // lane holds a logit above the running max (one vote): otherwise the max does not move and the
   // probabilities are exp2(y ps - m ps) with the running max, as the reduction would have given.
   // The running max moves rarely after a split's first steps, so most steps skip the shuffle chain
-  // (v7's most stalled instructions, bench/NOTES.md). The running sum l rounds l * corr and + sum
-  // apart at the steps where the max moves. O holds the previous steps' values when this runs.
+  // (run at every step, those shuffles were the loop's most stalled instructions on an H200). The
+  // running sum l rounds l * corr and + sum apart at the steps where the max moves. O holds the
+  // previous steps' values when this runs.
   auto step_rescale = [&]() {
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {

@@ -13,8 +13,8 @@
 // partial state goes to the workspace like the records kernel's (workspace.cuh); the tail and merge
 // kernels are shared. The kernel serves every configuration, but with quantized roles its
 // dequantization in shared memory (between two CTA barriers a tile) measured slower than the
-// records kernel's unpacking in registers (bench/NOTES.md, decode v18): has_many_rows_kernel says
-// which configurations take it.
+// records kernel's unpacking in registers (on an H100, docs/PERF_NOTES.md): has_many_rows_kernel
+// says which configurations take it.
 #pragma once
 
 #include <cuda_runtime.h>
