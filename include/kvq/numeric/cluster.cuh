@@ -70,8 +70,8 @@ KVQ_DEVICE void cluster_sync() {
 // One arrival on the partner's barrier at shared::cluster address `bar` (peer_address), with the
 // instruction's default semantics (release at CTA scope), as a consumer's "done reading this stage"
 // needs: the reads it announces were by wgmma and have completed (wgmma_wait) before the arrival.
-// (.release.cluster would make ptxas put a MEMBAR.ALL.GPU before every arrival: +21 % time in the
-// prefill kernel, bench/NOTES.md.)
+// (.release.cluster would make ptxas put a MEMBAR.ALL.GPU before every arrival: ~21 % more time in
+// the paired prefill kernel on an H200, docs/PERF_NOTES.md.)
 KVQ_DEVICE void mbarrier_arrive_cluster(uint32_t bar) {
 #if KVQ_MBARRIER_DEVICE
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");

@@ -10,7 +10,8 @@
 
 KVQ_NAMESPACE_BEGIN
 
-// Of the warp-specialized Hopper kernel (prefill_ws_kernel.cuh); measured in bench/NOTES.md.
+// Of the warp-specialized Hopper kernel (prefill_ws_kernel.cuh); the defaults were chosen by
+// measurements on an H200 (docs/PERF_NOTES.md).
 struct PrefillPolicy {
   // Stages: as many as fit in the shared memory a CTA may have, at most this many (at least 3).
   static constexpr int kWsMaxStages = 5;

@@ -16,8 +16,8 @@
 //     Attention sinks: the consumers overwrite tile 0's sink rows once it is complete (SinkRows).
 //     They run up to `stages` - 1 tiles ahead; whatever writes a stage first waits on its `empty`
 //     barrier (the copies of model-dtype rows, else the decode). Two warpgroups, not one: a
-//     thread's decode is a chain of shared loads, math and stores, and one warp per scheduler left
-//     the quantized formats waiting on it (bench/NOTES.md, run 35).
+//     thread's decode is a chain of shared loads, math and stores, and with one warp per scheduler
+//     the quantized formats wait on it (one producer warpgroup measured 10-30 % slower on an H200).
 //   warpgroups 2 and 3, the consumers: 64 query rows each, per tile
 //       S_j = Q . K_j^T                 (wgmma, both operands in shared memory)
 //       O  += P_{j-1} . V_{j-1}         (wgmma, P from registers; issued right behind S_j)
@@ -53,7 +53,7 @@ constexpr int kPrefillWsProducers = 256;  // two producer warpgroups (threads 0 
 constexpr int kPrefillWsThreads = kPrefillWsProducers + 256;  // + two consumer warpgroups
 // Registers a thread (setmaxnreg; the CTA's 65,536 split between the roles): the consumers keep S,
 // P and O of 64 rows in registers (160 hold them without spills for 64-token tiles), the producers
-// a tile chunk's decode (96: fewer spills of their loop state than with 88; bench/NOTES.md).
+// a tile chunk's decode (96: fewer spills of their loop state than with 88).
 // 128-token tiles (the "none" configurations) hold an S tile of 64 x 128 in registers: 208 / 48.
 template <int BN>
 KVQ_HD_CONSTEXPR int prefill_ws_consumer_regs() { return BN == 128 ? 208 : 160; }
@@ -96,8 +96,8 @@ struct PrefillWsSmem {
 // its values, each chunk stored into its own stage and, by st.async (cluster.cuh), into the
 // partner's same stage, completing on the partner's `full` barrier (whose thread 0 announces the
 // bytes with its arrival). So each CTA's producers decode half of those tiles; their per-tile chain
-// is what limits the quantized kernels (bench/NOTES.md). A CTA writes the partner's stage once the
-// partner's consumers released its previous tile (`peer_empty`, which the partner's consumer warps
+// is what limits the quantized kernels (docs/PERF_NOTES.md). A CTA writes the partner's stage once
+// the partner's consumers released its previous tile (`peer_empty`, which the partner's consumer warps
 // arrive on). A CTA without a partner (ragged batches, the padding CTA of an odd row-tile count, a
 // launch without clusters) runs unpaired. Policy::kWsPairs false compiles the unpaired kernel.
 template <class Cfg, int BN, class Policy>
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kPrefillWsThreads, 1) KVQ_HIDDEN  // 1: ptxas 
     const int n_raw = Tile::raw_only_tiles(src.rec_end), n_bulk = Tile::bulk_tiles(src.rec_end, src.kv_end);
     const int n_dec = Tile::decoding_tiles(src.rec_end);
     // ntiles again, from a different expression: the compiler keeps this one in a uniform register,
-    // while the CTA-wide ntiles, live across both roles' code, was spilled and reloaded twice a tile.
+    // while the CTA-wide ntiles, live across both roles' code, is spilled and reloaded twice a tile.
     const int n_all = Tile::tiles(src.kv_end);
     // Tile i into stage si (page ids from ring entry pi); when i >= S, `prev` is the parity of the
     // phase of tile i - S, the stage's previous tile (its release, and its raw slot's).
