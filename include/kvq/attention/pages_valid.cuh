@@ -14,8 +14,8 @@ KVQ_NAMESPACE_BEGIN
 namespace detail {
 
 // CTA-wide: the sequence is valid and every pool page id of [start, end) is in the pool. A thread
-// loads 8 ids before it tests any, so that their round trips overlap (a loop that stopped at the
-// first bad id made each load wait for the previous test: bench/NOTES.md, dequantize v7).
+// loads 8 ids before it tests any, so that their round trips overlap (a loop that stops at the
+// first bad id makes each load wait for the previous test).
 template <class T>
 __device__ bool pages_valid(const CacheView<T>& v, int b, const SeqAttention& s, bool bad, int64_t start, int64_t end,
                             int page) {

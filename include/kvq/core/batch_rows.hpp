@@ -18,8 +18,8 @@ KVQ_NAMESPACE_BEGIN
 
 // Sequence b's entries cu[b], cu[b + 1] and the batch's end cu[batch], read together: three
 // loads that do not depend on each other or on any test, so a kernel resolving a sequence pays
-// one round trip for them (a load of cu[batch] behind the length checks cost a second one:
-// ~0.5-1 us a decode call, bench/NOTES.md run i1).
+// one round trip for them (a load of cu[batch] behind the length checks costs a second one:
+// ~0.5-1 us a decode call, measured on an H200).
 struct BatchRows {
   int32_t begin, end, last;
   // Rows of the sequence, computed in 64 bits (a malformed cu cannot overflow it).

@@ -34,7 +34,7 @@ namespace detail {
 // many pages the strided kernel runs instead: this many blocks, each writing pages x, x + this,
 // ..., which bounds the checks at this many times the pages (at 65,536 pages: 128 MB of
 // block-table reads from L2 per head, beside 512 MB of bf16 writes). Up to this many pages the
-// kernel is the one-page-a-block kernel measured in bench/RESULTS.md.
+// kernel is the one-page-a-block kernel (its bandwidth: docs/PERF_NOTES.md, docs/PERFORMANCE.md).
 constexpr int kDequantMaxPageCtas = 512;
 constexpr int kDequantChunk = kDecodeChunk;  // channels per thread item: one 16-byte store
 
@@ -71,7 +71,8 @@ KVQ_DEVICE uint4 pack_decoded_chunk(const float (&f)[kDequantChunk]) {
 
 // Page t0 / P of sequence b, head h (t0 < s.len): its tokens' K and V rows from output row
 // *row0 + t0 on (s: the sequence's checked lengths and slot; row0 points at cu_out[b], read at
-// each store as before the page function existed, which keeps the one-page kernel's code).
+// each store, not held in a register: the one-page kernel then keeps the registers and instruction
+// mix it was benchmarked with).
 template <class Cfg, class Policy>
 KVQ_DEVICE void dequantize_page(const CacheView<typename Cfg::dtype>& v, const SeqAttention& s, int b, int h, int64_t t0,
                                 const int32_t* row0, typename Cfg::dtype* k_out, typename Cfg::dtype* v_out) {

@@ -10,10 +10,10 @@
 
 KVQ_NAMESPACE_BEGIN
 
-// Measured in bench/NOTES.md: 128 threads x batches of 4 (each thread handles 8 items of a
-// 64-token page at head dim 128). The strided kernel at 5 blocks a multiprocessor takes 77-96
-// registers without spills (~106 unbounded; 6 blocks spill 32 bytes), where the one-page kernel
-// takes 40-72.
+// Measured on an H200 (docs/PERF_NOTES.md): 128 threads x batches of 4 (each thread handles 8
+// items of a 64-token page at head dim 128). The strided kernel at 5 blocks a multiprocessor takes
+// 77-96 registers without spills (~106 unbounded; 6 blocks spill 32 bytes), where the one-page
+// kernel takes 40-72.
 struct DequantizePolicy {
   static constexpr int kThreads = 128;          // threads a block
   static constexpr int kBatch = 4;              // items a thread decodes before storing any

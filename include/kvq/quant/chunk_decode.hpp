@@ -192,8 +192,8 @@ KVQ_HD void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int
     // the first channel gives the word and the shift of element 0 (packing.hpp); the parameters
     // come from asym_params_at, once for the chunk where a value group covers it. Codes and fp16
     // parameters of all 8 elements first, the conversions and fmas after: in this order the
-    // dequantize kernel issues all the loads of a thread's items before their math (an earlier
-    // form converting the key parameters up front lost a fifth of its INT2 throughput).
+    // dequantize kernel issues all the loads of a thread's items before their math (converting the
+    // key parameters up front instead cost the kernel a fifth of its INT2 throughput on an H200).
     const CodeSlot first = code_slot<Q::bits, D>(R, t, c0);
     uint32_t code[kDecodeChunk];
     AsymParams par[kDecodeChunk];
