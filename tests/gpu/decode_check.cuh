@@ -133,7 +133,10 @@ Fp64Attention fp64_attention(const kvq::CacheView<typename Cfg::dtype>& v, const
 // ref| computed in the model dtype, the rounding any arithmetic on outputs of that size costs.
 // The reference here is fp64 and not rounded to T (FA3 rounds its fp32 reference to T), so the
 // bound is a little tighter than FA3's. Why the rounding allowance matters: on a few hundred
-// outputs the naive error is a noisy statistic (bench/NOTES.md, "The seed-9019 prefill case").
+// outputs the naive error is a noisy statistic: in one single-token INT2 prefill case (512
+// outputs, softcap 30) the kernels' max error was 2.7x the naive attention's, all of it from
+// rounding the dequantized keys to bf16 as designed, while over 706 emulated cases of that
+// configuration the median ratio is 0.2x.
 template <class T>
 void check_fa3(const std::vector<T>& got, const Fp64Attention& f, const std::string& where) {
   auto r = round_to<T>;
