@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Markdown tables of an ablation run (docs/ACCURACY.md "Why INT2 loses the needle"): perplexity
 per (format, variant) against "none", and passkey retrieval scored on the cells "none" solves.
-usage: ablation_table.py PERPLEXITY_CSV [PASSKEY_LOG_DIR]
+usage: ablation_table.py PERPLEXITY_CSV|- [PASSKEY_LOG_DIR]
 PASSKEY_LOG_DIR holds smollm2 passkey logs (lines 'passkey_cell FORMAT length L depth D correct C of N');
-a log's file name is taken as its variant label."""
+a log's file name, less a trailing _LENGTH and a leading pk_, is taken as its variant label."""
 import csv
 import re
 import sys
@@ -42,11 +42,12 @@ def passkey_table(log_dir):
     cells = defaultdict(dict)
     pat = re.compile(r"passkey_cell \S+ length (\d+) depth ([\d.]+) correct (\d+) of (\d+)")
     for log in sorted(Path(log_dir).glob("*.log")):
+        label = re.sub(r"^pk_", "", re.sub(r"_\d+$", "", log.stem))
         for m in pat.finditer(log.read_text()):
             key = (int(m.group(1)), float(m.group(2)))
-            c, n = cells[log.stem].get(key, (0, 0))
-            cells[log.stem][key] = (c + int(m.group(3)), n + int(m.group(4)))
-    base = next((k for k in cells if k.startswith("none") and "rot" not in k), None)
+            c, n = cells[label].get(key, (0, 0))
+            cells[label][key] = (c + int(m.group(3)), n + int(m.group(4)))
+    base = "none" if "none" in cells else None
     keys = sorted(cells[base]) if base else sorted({k for c in cells.values() for k in c})
     solved = [k for k in keys if base and cells[base][k][0] * 2 > cells[base][k][1]]
     head = "| variant | " + " | ".join("%d @%.1f" % k for k in keys) + " | on the cells none solves |"
@@ -60,7 +61,8 @@ def passkey_table(log_dir):
 
 
 if __name__ == "__main__":
-    print(perplexity_table(sys.argv[1]))
+    if sys.argv[1] != "-":
+        print(perplexity_table(sys.argv[1]))
     if len(sys.argv) > 2:
         print()
         print(passkey_table(sys.argv[2]))
