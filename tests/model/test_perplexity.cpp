@@ -10,18 +10,27 @@
 using namespace smollm2;
 using namespace smollm2_test;
 
-TEST_CASE("short perplexity: none in range, int8 within 1% of none") {
+namespace {
+
+// Perplexity of the committed excerpt, 2 windows of 512 tokens, chunks of 128.
+double short_perplexity(const CacheSpec& s) {
   const Tokenizer tok(model_file());
-  const ModelFactory make = [](const CacheSpec& s, int seqs, int64_t len) { return make_model(s, seqs, len); };
+  const ModelFactory make = [](const CacheSpec& c, int seqs, int64_t len) { return make_model(c, seqs, len); };
   PerplexityOptions o;
   o.text_path = std::string(SMOLLM2_FIXTURES) + "/persuasion_excerpt.txt";
   o.window = 512;
   o.windows = 2;
   o.chunk = 128;
+  return run_perplexity(tok, make, s, o).at(0).value;
+}
+
+}  // namespace
+
+TEST_CASE("short perplexity: none in range, int8 within 1% of none") {
   // R = 64, P = 32: most scored tokens see a quantized cache even in a short window.
-  const double none = run_perplexity(tok, make, spec("none", 64, 32), o).at(0).value;
-  const double int8 = run_perplexity(tok, make, spec("int8", 64, 32), o).at(0).value;
-  const double int2 = run_perplexity(tok, make, spec("int2", 64, 32), o).at(0).value;
+  const double none = short_perplexity(spec("none", 64, 32));
+  const double int8 = short_perplexity(spec("int8", 64, 32));
+  const double int2 = short_perplexity(spec("int2", 64, 32));
   MESSAGE("none " << none << ", int8 " << int8 << ", int2 " << int2);
   CHECK(none > SMOLLM2_PPL_NONE_MIN);
   CHECK(none < SMOLLM2_PPL_NONE_MAX);
@@ -37,18 +46,11 @@ TEST_CASE("short perplexity: none in range, int8 within 1% of none") {
 // tolerance covers the compiler's float contraction differences between machines (the noise
 // floor of docs/ACCURACY.md is about 0.5 % for INT2).
 TEST_CASE("short perplexity: INT2 with rotation, 4 sinks and MSE key clipping matches its stored value") {
-  const Tokenizer tok(model_file());
-  const ModelFactory make = [](const CacheSpec& s, int seqs, int64_t len) { return make_model(s, seqs, len); };
-  PerplexityOptions o;
-  o.text_path = std::string(SMOLLM2_FIXTURES) + "/persuasion_excerpt.txt";
-  o.window = 512;
-  o.windows = 2;
-  o.chunk = 128;
   CacheSpec s = spec("int2", 64, 32);
   s.sinks = 4;
   s.key_clip = kvq::KeyClip::kMse;
   s.rotate = true;
-  const double ppl = run_perplexity(tok, make, s, o).at(0).value;
+  const double ppl = short_perplexity(s);
   MESSAGE("int2 rotate+sinks=4+kclip=mse " << ppl);
   CHECK(std::fabs(ppl - 39.0990) / 39.0990 < 0.01);
 }
