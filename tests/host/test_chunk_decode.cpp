@@ -3,7 +3,7 @@
 // bit, on every format and on group sizes smaller than the chunk.
 #include <doctest/doctest.h>
 
-#include <kvq/quant/chunk_decode.hpp>
+#include <kvq/cache/chunk_decode.hpp>
 #include <kvq/reference/append.hpp>
 
 #include <cstring>

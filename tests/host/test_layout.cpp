@@ -1,4 +1,4 @@
-// Record layout (cache/record_layout.hpp), CacheConfig, and 64-bit offsets (cache/view.hpp).
+// Record layout (quant/record_layout.hpp), CacheConfig, and 64-bit offsets (cache/view.hpp).
 #include "test_util.hpp"
 
 namespace {

@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <kvq/prefill/staged_page.hpp>
-#include <kvq/quant/chunk_decode.hpp>
+#include <kvq/cache/chunk_decode.hpp>
 #include <kvq/reference/append.hpp>
 
 #include <cstring>

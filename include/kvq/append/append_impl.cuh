@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "kvq/append/append.hpp"
-#include "kvq/append/page_encoder.cuh"
+#include "kvq/kernels/page_encoder.cuh"
 #include "kvq/core/launch.cuh"
 
 KVQ_NAMESPACE_BEGIN

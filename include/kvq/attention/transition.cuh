@@ -13,7 +13,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kvq/append/page_encoder.cuh"
+#include "kvq/kernels/page_encoder.cuh"
 #include "kvq/attention/token_source.hpp"
 #include "kvq/core/dependent_launch.cuh"
 #include "kvq/core/launch.cuh"

@@ -8,7 +8,7 @@
 // compile-time error here, never a runtime surprise.
 #pragma once
 
-#include "kvq/cache/record_layout.hpp"
+#include "kvq/quant/record_layout.hpp"
 #include "kvq/numeric/dtype.hpp"
 #include "kvq/quant/formats.hpp"
 

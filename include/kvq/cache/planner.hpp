@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kvq/cache/record_layout.hpp"
+#include "kvq/quant/record_layout.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
 #include "kvq/core/status.hpp"

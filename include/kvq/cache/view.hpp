@@ -14,7 +14,7 @@ KVQ_NAMESPACE_BEGIN
 
 template <class T>
 struct CacheView {
-  // Cold pool: [num_pages][num_kv_heads][record_bytes]; record layout in kvq/cache/record_layout.hpp.
+  // Cold pool: [num_pages][num_kv_heads][record_bytes]; record layout in kvq/quant/record_layout.hpp.
   // 16-byte aligned.
   uint8_t* cold = nullptr;
   int64_t num_pages = 0;

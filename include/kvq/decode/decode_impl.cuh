@@ -41,7 +41,7 @@
 #include "kvq/decode/rows_kernel.cuh"
 #include "kvq/decode/tail_kernel.cuh"
 #include "kvq/decode/workspace.cuh"
-#include "kvq/quant/element_decode.hpp"
+#include "kvq/cache/element_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {

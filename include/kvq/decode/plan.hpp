@@ -11,7 +11,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "kvq/cache/record_layout.hpp"
+#include "kvq/quant/record_layout.hpp"
 #include "kvq/core/status.hpp"
 
 KVQ_NAMESPACE_BEGIN

@@ -23,7 +23,7 @@
 #include "kvq/core/launch.cuh"
 #include "kvq/dequant/dequantize.hpp"
 #include "kvq/dequant/policy.hpp"
-#include "kvq/quant/chunk_decode.hpp"
+#include "kvq/cache/chunk_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {

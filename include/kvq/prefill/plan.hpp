@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvq/cache/record_layout.hpp"
+#include "kvq/quant/record_layout.hpp"
 #include "kvq/core/status.hpp"
 
 KVQ_NAMESPACE_BEGIN

@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "kvq/cache/config.hpp"
-#include "kvq/cache/record_layout.hpp"
+#include "kvq/quant/record_layout.hpp"
 #include "kvq/core/platform.hpp"
 #include "kvq/quant/formats.hpp"
 

@@ -16,7 +16,7 @@
 #include "kvq/numeric/mma.cuh"
 #include "kvq/numeric/wgmma.cuh"
 #include "kvq/prefill/kv_tile.cuh"
-#include "kvq/quant/chunk_decode.hpp"
+#include "kvq/cache/chunk_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kvq/cache/record_layout.hpp"
+#include "kvq/quant/record_layout.hpp"
 #include "kvq/quant/formats.hpp"
 #include "kvq/quant/group_codec.hpp"
 #include "kvq/quant/packing.hpp"

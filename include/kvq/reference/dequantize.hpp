@@ -7,7 +7,7 @@
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
 #include "kvq/core/status.hpp"
-#include "kvq/quant/element_decode.hpp"
+#include "kvq/cache/element_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace reference {

@@ -1,4 +1,4 @@
-// kvq/quant/chunk_decode.hpp - dequantize 8 consecutive channels of one token of a record
+// kvq/cache/chunk_decode.hpp - dequantize 8 consecutive channels of one token of a record
 // section at once: the packed words and parameters are loaded once for the 8 elements, and each
 // element goes through the same scalar decode as decode_element (element_decode.hpp), so the
 // values are identical to it bit for bit. Used by the dequantize kernel and the host reference's
@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "kvq/cache/config.hpp"
-#include "kvq/quant/element_decode.hpp"
+#include "kvq/cache/element_decode.hpp"
 #include "kvq/quant/subnormal_code.hpp"
 
 KVQ_NAMESPACE_BEGIN

@@ -1,4 +1,4 @@
-// kvq/append/page_encoder.cuh - one thread block quantizes one page of one KV head into a record.
+// kvq/kernels/page_encoder.cuh - one thread block quantizes one page of one KV head into a record.
 // Used by the append kernel (pages leaving the hot window) and by the attention kernels (pages
 // turning cold in the current step, quantized on the fly), so both produce the same bytes.
 #pragma once

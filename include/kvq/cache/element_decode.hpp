@@ -1,4 +1,4 @@
-// kvq/quant/element_decode.hpp - dequantize one element of a record section (the reading side of
+// kvq/cache/element_decode.hpp - dequantize one element of a record section (the reading side of
 // docs/FORMAT.md). Used by the host reference, the dequantize kernel and the tests.
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "kvq/cache/config.hpp"
-#include "kvq/cache/record_layout.hpp"
+#include "kvq/quant/record_layout.hpp"
 #include "kvq/numeric/bits.hpp"
 #include "kvq/quant/formats.hpp"
 #include "kvq/quant/packing.hpp"

@@ -1,4 +1,4 @@
-// kvq/cache/record_layout.hpp - byte layout of one cold record (one page x one KV head).
+// kvq/quant/record_layout.hpp - byte layout of one cold record (one page x one KV head).
 //
 // A record holds everything needed to dequantize it (docs/FORMAT.md section 4):
 //
