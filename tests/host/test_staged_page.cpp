@@ -1,9 +1,9 @@
-// The prefill tile's staged page (kvq/prefill/staged_page.hpp): copied from a record 16 bytes at a
+// The prefill tile's staged page (kvq/kernels/staged_page.hpp): copied from a record 16 bytes at a
 // time through staged_source, it decodes (as a record of page SP) to the record's own values bit
 // for bit, for every staged page of the record; its runs (the bulk copies) tile it exactly.
 #include <doctest/doctest.h>
 
-#include <kvq/prefill/staged_page.hpp>
+#include <kvq/kernels/staged_page.hpp>
 #include <kvq/cache/chunk_decode.hpp>
 #include <kvq/reference/append.hpp>
 

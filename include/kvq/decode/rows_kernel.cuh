@@ -7,7 +7,7 @@
 // its row-tile CTAs would each read the same tiles from shared memory and multiply them for 16 rows
 // at a time. Here the CTA's 128 threads copy each tile of decode_rows_tile_tokens tokens once into
 // shared memory (the prefill tile fill, kv_tile.cuh), and its 4 warps, 16 rows each, read it by
-// ldmatrix: the prefill kernel's loop (prefill/mma_rows.cuh). A split's tokens are records only
+// ldmatrix: the prefill kernel's loop (kernels/mma_rows.cuh). A split's tokens are records only
 // (the cold pool and the pages turning cold in this step), all before every query row's position,
 // so the only mask is the split's end, given to the loop as the position of every row. The split's
 // partial state goes to the workspace like the records kernel's (workspace.cuh); the tail and merge
@@ -26,8 +26,8 @@
 #include "kvq/core/dependent_launch.cuh"
 #include "kvq/decode/plan.hpp"
 #include "kvq/decode/workspace.cuh"
-#include "kvq/prefill/kv_tile.cuh"
-#include "kvq/prefill/mma_rows.cuh"
+#include "kvq/kernels/kv_tile.cuh"
+#include "kvq/kernels/mma_rows.cuh"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {

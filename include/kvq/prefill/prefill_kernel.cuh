@@ -14,9 +14,10 @@
 
 #include "kvq/attention/pages_valid.cuh"
 #include "kvq/attention/token_source.hpp"
-#include "kvq/prefill/kv_tile.cuh"
-#include "kvq/prefill/mma_rows.cuh"
+#include "kvq/kernels/kv_tile.cuh"
+#include "kvq/kernels/mma_rows.cuh"
 #include "kvq/prefill/plan.hpp"
+#include "kvq/prefill/prefill_setup.cuh"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {

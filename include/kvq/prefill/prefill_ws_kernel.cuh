@@ -40,9 +40,10 @@
 #include "kvq/numeric/mbarrier.cuh"
 #include "kvq/numeric/cluster.cuh"
 #include "kvq/numeric/wgmma.cuh"
-#include "kvq/prefill/kv_tile.cuh"
-#include "kvq/prefill/tile_decode.cuh"
+#include "kvq/kernels/kv_tile.cuh"
+#include "kvq/kernels/tile_decode.cuh"
 #include "kvq/prefill/plan.hpp"
+#include "kvq/prefill/prefill_setup.cuh"
 #include "kvq/prefill/policy.hpp"
 #include "kvq/prefill/wgmma_softmax.cuh"
 

@@ -1,4 +1,4 @@
-// kvq/prefill/staged_page.hpp - the staged page of a prefill K/V tile: the quantized bytes of SP
+// kvq/kernels/staged_page.hpp - the staged page of a prefill K/V tile: the quantized bytes of SP
 // consecutive tokens of one record, copied into shared memory before they are dequantized
 // (kv_tile.cuh). SP = min(P, BN) for tiles of BN tokens: a staged page is a whole record (P <= BN)
 // or a BN-token slice of one (P > BN), laid out like a record of page SP (record_layout.hpp):

@@ -1,4 +1,4 @@
-// kvq/prefill/tile_decode.cuh - the second step of filling a prefill K/V tile (kv_tile.cuh): the
+// kvq/kernels/tile_decode.cuh - the second step of filling a prefill K/V tile (kv_tile.cuh): the
 // record tokens of quantized roles, landed in the tile's raw slot as staged pages
 // (staged_page.hpp), dequantized into the tile's k / v buffers in the model dtype (panel layout,
 // kv_tile.cuh). decode_tile takes a full tile by the fast path (FullTile: all of a thread's loads
@@ -15,7 +15,7 @@
 #include "kvq/numeric/cluster.cuh"
 #include "kvq/numeric/mma.cuh"
 #include "kvq/numeric/wgmma.cuh"
-#include "kvq/prefill/kv_tile.cuh"
+#include "kvq/kernels/kv_tile.cuh"
 #include "kvq/cache/chunk_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN

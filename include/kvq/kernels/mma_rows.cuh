@@ -1,4 +1,4 @@
-// kvq/prefill/mma_rows.cuh - the mma.sync attention of one CTA's BM query rows over a range of
+// kvq/kernels/mma_rows.cuh - the mma.sync attention of one CTA's BM query rows over a range of
 // keys: the main loop of the prefill kernel (prefill_kernel.cuh) and of decode's many-row kernel
 // (decode/rows_kernel.cuh), which differ only in their key range, their masks and what they do
 // with the final state.
@@ -19,8 +19,8 @@
 #include <cmath>
 
 #include "kvq/attention/token_source.hpp"
-#include "kvq/prefill/kv_tile.cuh"
-#include "kvq/prefill/tile_decode.cuh"
+#include "kvq/kernels/kv_tile.cuh"
+#include "kvq/kernels/tile_decode.cuh"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
