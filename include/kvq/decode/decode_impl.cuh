@@ -34,7 +34,7 @@
 
 #include "kvq/attention/run_checks.hpp"
 #include "kvq/attention/token_source.hpp"
-#include "kvq/attention/transition.cuh"
+#include "kvq/kernels/transition.cuh"
 #include "kvq/decode/decode.hpp"
 #include "kvq/decode/merge_kernel.cuh"
 #include "kvq/decode/records_kernel.cuh"

@@ -2,7 +2,7 @@
 // configuration).
 //
 // Two launches on the caller's stream, no host synchronisation:
-//  1. transition (attention/transition.cuh): prefix pages that turn cold in this step are
+//  1. transition (kernels/transition.cuh): prefix pages that turn cold in this step are
 //     quantized into the workspace with the append's own code, so the result does not depend on
 //     whether the step's append ran before;
 //  2. the attention kernel, grid (row tiles, batch, KV heads): prefill_kernel.cuh (mma.sync, 128
@@ -15,7 +15,7 @@
 #include <type_traits>
 
 #include "kvq/attention/run_checks.hpp"
-#include "kvq/attention/transition.cuh"
+#include "kvq/kernels/transition.cuh"
 #include "kvq/core/launch.cuh"
 #include "kvq/prefill/prefill.hpp"
 #include "kvq/prefill/prefill_kernel.cuh"

@@ -1,4 +1,4 @@
-// kvq/attention/transition.cuh - the pages of a sequence's prefix that turn cold in this step.
+// kvq/kernels/transition.cuh - the pages of a sequence's prefix that turn cold in this step.
 //
 // An attention call may run before its step's append (see attention/batch.hpp). The prefix pages
 // [cold/P, transition_pages_end) are then still ring rows, but the contract says the attention
