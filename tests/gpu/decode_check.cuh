@@ -644,10 +644,10 @@ void check_decode_sinks(uint64_t seed, int sinks, kvq::KeyClip clip, int max_q, 
 //    tokens and zeros elsewhere: each output is (sum of the sink values) / tokens seen, exactly,
 //    which holds only if every sink token is counted once, at its unquantized value.
 // The host reference must give the same (a check of the construction).
-enum class SinkIsolation { kSpike, kCount };
+enum class DecodeSinkIsolation { kSpike, kCount };
 
 template <class Cfg>
-void check_decode_sink_isolation(uint64_t seed, int sinks, kvq::KeyClip clip, int max_q, SinkIsolation kind) {
+void check_decode_sink_isolation(uint64_t seed, int sinks, kvq::KeyClip clip, int max_q, DecodeSinkIsolation kind) {
   using T = typename Cfg::dtype;
   constexpr int P = Cfg::page, D = Cfg::head_dim;
   std::mt19937_64 rng(seed);
@@ -660,7 +660,7 @@ void check_decode_sink_isolation(uint64_t seed, int sinks, kvq::KeyClip clip, in
   const int spike = sinks - 1;
   std::vector<float> qdir(D), kconst(D);
   for (int c = 0; c < D; ++c) {
-    qdir[size_t(c)] = kind == SinkIsolation::kSpike ? ((rng() & 1) ? 1.0f : -1.0f) : 0.0f;
+    qdir[size_t(c)] = kind == DecodeSinkIsolation::kSpike ? ((rng() & 1) ? 1.0f : -1.0f) : 0.0f;
     kconst[size_t(c)] = (rng() & 1) ? 0.5f : -0.5f;
   }
   const std::vector<int32_t> prompt{int32_t(sinks + rng() % (window - max_q - sinks)), window - 1,
@@ -676,7 +676,7 @@ void check_decode_sink_isolation(uint64_t seed, int sinks, kvq::KeyClip clip, in
         for (int c = 0; c < D; ++c) {
           const size_t x = (size_t(r) * heads + size_t(h)) * D + size_t(c);
           float key = gk[x].to_float(), value = gv[x].to_float();
-          if (kind == SinkIsolation::kSpike) {
+          if (kind == DecodeSinkIsolation::kSpike) {
             key = t == spike ? 32.0f * qdir[size_t(c)] : kconst[size_t(c)];
           } else {
             value = t < sinks ? float(int((t * 7 + c * 3 + h) % 9) - 4) : 0.0f;
@@ -714,7 +714,7 @@ void check_decode_sink_isolation(uint64_t seed, int sinks, kvq::KeyClip clip, in
         const int64_t seen = prompt[size_t(b)] + j + 1;
         for (int c = 0; c < D; ++c) {
           float x = 0.0f;
-          if (kind == SinkIsolation::kSpike) {
+          if (kind == DecodeSinkIsolation::kSpike) {
             x = pv[(size_t(pcu[size_t(b)] + spike) * heads + size_t(h)) * D + size_t(c)].to_float();
           } else {
             float sum = 0.0f;
@@ -724,7 +724,7 @@ void check_decode_sink_isolation(uint64_t seed, int sinks, kvq::KeyClip clip, in
           want[(size_t(cu[size_t(b)] + j) * heads * group + size_t(hq)) * D + size_t(c)] = T::from_float(x);
         }
       }
-  const std::string where = std::string(kind == SinkIsolation::kSpike ? "sink spike" : "sink count") + ", sinks " +
+  const std::string where = std::string(kind == DecodeSinkIsolation::kSpike ? "sink spike" : "sink count") + ", sinks " +
                             std::to_string(sinks) + ", q_len up to " + std::to_string(max_q);
   auto compare = [&](const std::vector<T>& got, const std::string& w) {
     size_t bad = 0, first_bad = 0;

@@ -320,10 +320,10 @@ void check_prefill_sinks(uint64_t seed, int sinks, kvq::KeyClip key_clip) {
 //    expected from the attention's operands (reference::attention_operands) in fp64.
 // Error per element at most 1 % of the expected value plus 0.2 % of the largest output plus twice
 // the naive same-precision attention's largest error.
-enum class SinkIsolation { kSinkValues, kOneHotValues };
+enum class PrefillSinkIsolation { kSinkValues, kOneHotValues };
 
 template <class Cfg>
-void check_prefill_sink_isolation(uint64_t seed, int sinks, SinkIsolation kind) {
+void check_prefill_sink_isolation(uint64_t seed, int sinks, PrefillSinkIsolation kind) {
   using T = typename Cfg::dtype;
   constexpr int P = Cfg::page, D = Cfg::head_dim;
   REQUIRE(sinks > 0);
@@ -347,7 +347,7 @@ void check_prefill_sink_isolation(uint64_t seed, int sinks, SinkIsolation kind) 
       const int64_t t = first + r;
       for (int c = 0; c < D; ++c) {
         T& x = out[size_t(r) * D + c];
-        if (kind == SinkIsolation::kSinkValues)
+        if (kind == PrefillSinkIsolation::kSinkValues)
           x = key ? T::from_float(kconst[size_t(c)]) : t < sinks ? x : T::from_float(0.0f);
         else if (key)
           x = t < 16 ? T::from_float(2.0f * x.to_float()) : x;
@@ -401,7 +401,7 @@ void check_prefill_sink_isolation(uint64_t seed, int sinks, SinkIsolation kind) 
         const int64_t n = host.len[size_t(b)] + j + 1;
         double* o = &want[(size_t(cu[size_t(b)] + j) * group + hq) * D];
         double* on = &naive[(size_t(cu[size_t(b)] + j) * group + hq) * D];
-        if (kind == SinkIsolation::kSinkValues) {
+        if (kind == PrefillSinkIsolation::kSinkValues) {
           for (int64_t t = 0; t < std::min<int64_t>(sinks, n); ++t)
             for (int c = 0; c < D; ++c) {
               o[c] += double(seq_v[size_t(b)][size_t(t) * D + c].to_float()) / double(n);
@@ -441,7 +441,7 @@ void check_prefill_sink_isolation(uint64_t seed, int sinks, SinkIsolation kind) 
                                       &plan) == kvq::Status::kSuccess);
   DeviceBuffer<uint32_t> d_flags(std::vector<uint32_t>{0u});
   DeviceAttention<T> d(a, cu, q, nk, nv, dev.cold_len.get());
-  const std::string where = std::string(kind == SinkIsolation::kSinkValues ? "sink values" : "one-hot values") + ", sinks " +
+  const std::string where = std::string(kind == PrefillSinkIsolation::kSinkValues ? "sink values" : "one-hot values") + ", sinks " +
                             std::to_string(sinks) + ", kernel " + std::to_string(int(plan.kernel)) + " tile " +
                             std::to_string(plan.tile_tokens);
   auto judge = [&](const std::vector<T>& got, const std::string& w) {
