@@ -248,6 +248,13 @@ TEST_CASE("sinks bad input: HostCache::set_encoding refuses what the entry point
   expect_set_encoding(none, 0, KeyClip::kMse, Status::kSuccess);
   HostCache<CfgFp16None> none16 = make_cache<CfgFp16None>(1, 64, 100);
   expect_set_encoding(none16, 4, KeyClip::kMinMax, Status::kConfigMismatch);
+  // only while every sequence is empty: a later change would mix encodings and lose sink rows
+  HostCache<CfgInt2> used = make_cache<CfgInt2>(1, 64, 300);
+  REQUIRE(used.set_encoding(4, KeyClip::kMse) == Status::kSuccess);
+  used.len[0] = 5;  // as after an append of 5 tokens
+  expect_set_encoding(used, 2, KeyClip::kMinMax, Status::kInvalidLength);
+  used.len[0] = 0;
+  expect_set_encoding(used, 2, KeyClip::kMinMax, Status::kSuccess);
   // a refused cache answers with its own status
   HostCache<CfgInt2> refused(0, 10, 1, 0, 4, 1);
   REQUIRE(refused.status() == Status::kInvalidShape);

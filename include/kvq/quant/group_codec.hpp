@@ -33,8 +33,9 @@ KVQ_HD void for_each_batched(int n, Get&& get, Body&& body) {
 // care: the record holds the same fields either way.
 //   kMinMax  [min, max] of the group: every element within half a step of its reconstruction.
 //   kMse     each end moved inward to the candidate that minimises the group's squared
-//            reconstruction error (elements beyond it saturate): lo over lo0 + span * i / 40,
-//            i = 0..20 with hi fixed, then hi likewise, two rounds. Used for keys, where one large
+//            reconstruction error (elements beyond it saturate): lo over the candidates
+//            fma(span, div_rn(i, 40), lo0), i = 0..20, with hi fixed, then hi over
+//            fma(-span, div_rn(i, 40), hi0) with lo fixed; two rounds; the first of equal errors wins. Used for keys, where one large
 //            token (an attention sink) otherwise sets the step of its whole channel group.
 enum class KeyClip : int32_t { kMinMax = 0, kMse = 1 };
 

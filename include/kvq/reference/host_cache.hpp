@@ -64,12 +64,15 @@ class HostCache {
   }
 
   // Attention sinks and the key encoder (cache/view.hpp): keep tokens [0, sinks) of every
-  // sequence unquantized, choose key group ranges by `key_clip`. Before the first append;
+  // sequence unquantized, choose key group ranges by `key_clip`. Only while every sequence is
+  // empty: kInvalidLength otherwise (cold pages would mix encodings and sink rows be lost);
   // kConfigMismatch (nothing changes then) for sinks outside [0, min(kMaxSinks, page - 1)], for
   // sinks > 0 on a configuration that quantizes neither K nor V (check_sinks: every entry point
   // refuses that view), or for a key_clip that is not a KeyClip value.
   Status set_encoding(int sinks, KeyClip key_clip) {
     if (status_ != Status::kSuccess) return status_;
+    for (int32_t l : len)
+      if (l != 0) return Status::kInvalidLength;
     if (sinks < 0 || sinks > kMaxSinks || sinks >= Cfg::page) return Status::kConfigMismatch;
     CacheView<T> probe;
     probe.sinks = sinks;
