@@ -98,20 +98,7 @@ TEST_CASE("chunking: one call mixing prompts, chunks and decode tokens equals on
   HostCache<Cfg> mixed = make_cache<Cfg>(H, R, 421, B, 1);
   mixed.hot_slot = {2, 3, 0};
   std::mt19937_64 rng(0xc45f);
-  std::vector<int64_t> done(B, 0);
-  while (done[0] < total[0] || done[1] < total[1] || done[2] < total[2]) {
-    std::vector<int64_t> counts(B);
-    std::vector<const T*> k(B), v(B);
-    for (int b = 0; b < B; ++b) {
-      const uint64_t kind = rng() % 3;
-      const int64_t n = kind == 0 ? 0 : kind == 1 ? 1 : 1 + int64_t(rng() % 90);
-      counts[size_t(b)] = std::min(n, total[size_t(b)] - done[size_t(b)]);
-      k[size_t(b)] = seqs[size_t(b)].k_row(done[size_t(b)]);
-      v[size_t(b)] = seqs[size_t(b)].v_row(done[size_t(b)]);
-      done[size_t(b)] += counts[size_t(b)];
-    }
-    REQUIRE(append_rows<Cfg>(mixed, counts, k, v) == Status::kSuccess);
-  }
+  append_mixed_chunks<Cfg>(mixed, seqs, total, rng, 90);
   // decode step for the whole batch in one attention call
   const int hq = 2 * H;
   AttnCall<T> call;

@@ -203,6 +203,34 @@ Status append_rows(HostCache<Cfg>& c, const std::vector<int64_t>& counts, const 
   return st;
 }
 
+// Appends every sequence of `c` in random mixed chunks, one reference::append a round, until
+// sequence b holds total[b] tokens (rows from seqs[b]): a round gives each sequence 0, 1 or
+// 1..max_chunk tokens, drawn from rng in batch order.
+template <class Cfg, class T = typename Cfg::dtype>
+void append_mixed_chunks(HostCache<Cfg>& c, const std::vector<Seq<T>>& seqs, const std::vector<int64_t>& total,
+                         std::mt19937_64& rng, int max_chunk) {
+  const size_t B = total.size();
+  std::vector<int64_t> done(B, 0);
+  auto pending = [&] {
+    for (size_t b = 0; b < B; ++b)
+      if (done[b] < total[b]) return true;
+    return false;
+  };
+  while (pending()) {
+    std::vector<int64_t> counts(B);
+    std::vector<const T*> k(B), v(B);
+    for (size_t b = 0; b < B; ++b) {
+      const uint64_t kind = rng() % 3;
+      const int64_t n = kind == 0 ? 0 : kind == 1 ? 1 : 1 + int64_t(rng() % uint64_t(max_chunk));
+      counts[b] = std::min(n, total[b] - done[b]);
+      k[b] = seqs[b].k_row(done[b]);
+      v[b] = seqs[b].v_row(done[b]);
+      done[b] += counts[b];
+    }
+    REQUIRE(append_rows<Cfg>(c, counts, k, v) == Status::kSuccess);
+  }
+}
+
 // Appends tokens [from, from + n) of s to sequence b (other sequences of the batch get none).
 template <class Cfg>
 Status append_seq(HostCache<Cfg>& c, const Seq<typename Cfg::dtype>& s, int64_t from, int64_t n, int b = 0,
