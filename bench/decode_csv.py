@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Turns a Google Benchmark JSON of kvq_bench_decode into bench/results/decode.csv (the issue's
-columns) and a markdown table, with PyTorch SDPA's times (bench/sdpa_decode.py CSV) beside them.
+columns) and a markdown table, with PyTorch's fastest verified SDPA candidate of each shape
+(bench/sdpa_decode.py CSV: one row per candidate) beside them.
 
 usage: bench/decode_csv.py RUN.json --csv OUT.csv [--sdpa SDPA.csv] [--dequantize-csv OUT2.csv] --commit C --gpu NAME
 Medians only. bytes: what the kernel must read (bench/decode_bench.cuh); pct_bw: % of the copy
@@ -39,7 +40,8 @@ none = {(r["batch"], r["context"], r["q_len"]): r["time_us"] for r in rows if r[
 sdpa = {}
 if args.sdpa:
     for r in csv.DictReader(open(args.sdpa)):
-        sdpa[(int(r["batch"]), int(r["context"]), int(r["q_len"]))] = float(r["time_us"])
+        key = (int(r["batch"]), int(r["context"]), int(r["q_len"]))  # the fastest verified candidate
+        sdpa[key] = min(sdpa.get(key, float("inf")), float(r["time_us"]))
 date = run["context"]["date"][:10]
 with open(args.csv, "w", newline="") as f:
     w = csv.writer(f)

@@ -9,10 +9,11 @@ sdpa_decode_h100.csv on the H100):
                               PyTorch SDPA on dense bf16 from the same run beside them
   decode_bandwidth_<gpu>.png  GB/s as % of the copy kernel measured in the same run, batch 8 and 1,
                               q_len 1 (SDPA's rate over the same copy bandwidth)
-and from prefill.csv with sdpa_prefill.csv:
-  prefill_tflops.png          TFLOP/s per format and shape beside PyTorch SDPA called once with a
-                              lower-right causal mask (the fastest backend that takes it, named on
-                              its bar; not the fastest formulation: docs/PERFORMANCE.md)
+and from prefill.csv (kvq's rows and the sdpa rows bench/prefill_csv.py puts beside them):
+  prefill_tflops.png          TFLOP/s per format and shape beside the fastest PyTorch SDPA row of
+                              prefill.csv of the same GPU (kernel "sdpa"; its backend+formulation
+                              named on its bar: bench/sdpa_prefill.py)
+SDPA's decode series is the fastest candidate of each shape in the sdpa_decode CSV.
 Each title names the GPU, commit and date of the CSV rows it draws. Run it after replacing a CSV.
 """
 import argparse
@@ -49,9 +50,19 @@ def save(fig, path):
     print("wrote", path)
 
 
+def fastest(rows, key):
+    """The row of least time_us for each key(row)."""
+    best = {}
+    for r in rows:
+        k = key(r)
+        if k not in best or float(r["time_us"]) < float(best[k]["time_us"]):
+            best[k] = r
+    return list(best.values())
+
+
 def decode_plots(results, out, tag, decode_csv, sdpa_csv, dequant_csv):
     rows = read(os.path.join(results, decode_csv))
-    sdpa = read(os.path.join(results, sdpa_csv))
+    sdpa = fastest(read(os.path.join(results, sdpa_csv)), lambda r: (r["batch"], r["context"], r["q_len"]))
     copy_bw = {float(r["copy_gbps"]) for r in read(os.path.join(results, dequant_csv))}
     assert len(copy_bw) == 1, "one copy bandwidth per run"
     copy_bw = copy_bw.pop()
@@ -98,8 +109,10 @@ def decode_plots(results, out, tag, decode_csv, sdpa_csv, dequant_csv):
 
 
 def prefill_plot(results, out):
-    rows = read(os.path.join(results, "prefill.csv"))
-    sdpa = read(os.path.join(results, "sdpa_prefill.csv"))
+    rows = [r for r in read(os.path.join(results, "prefill.csv")) if r["kernel"] == "prefill"]
+    gpus = {r["gpu"] for r in rows}
+    sdpa = fastest([r for r in read(os.path.join(results, "prefill.csv")) if r["kernel"] == "sdpa" and r["gpu"] in gpus],
+                   lambda r: (r["chunk"], r["prefix"]))
     shapes = sorted({(int(r["chunk"]), int(r["prefix"])) for r in rows})
     series = FORMATS + ["sdpa"]
     width = 0.8 / len(series)
@@ -111,12 +124,12 @@ def prefill_plot(results, out):
             hit = [float(r["tflops"]) for r in src if int(r["chunk"]) == chunk and int(r["prefix"]) == prefix]
             vals.append(hit[0] if hit else 0.0)
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(shapes))]
-        label = "PyTorch SDPA, dense bf16, one causal call (backend on the bar)" if name == "sdpa" else LABEL[name]
+        label = "PyTorch SDPA, dense bf16, fastest row (backend on the bar)" if name == "sdpa" else LABEL[name]
         ax.bar(xs, vals, width, color=COLOR[name], label=label)
     for j, (chunk, prefix) in enumerate(shapes):
         backend = [r["backend"] for r in sdpa if int(r["chunk"]) == chunk and int(r["prefix"]) == prefix]
         if backend:
-            ax.annotate(backend[0].split("_")[0].lower(), (j + 0.4, 5), fontsize=7, ha="right", rotation=90)
+            ax.annotate(backend[0], (j + 0.4, 5), fontsize=6, ha="right", rotation=90)
     ax.set_xticks(range(len(shapes)))
     ax.set_xticklabels([f"chunk {c}\nprefix {p}" for c, p in shapes], fontsize=8)
     ax.set_ylabel("TFLOP/s")
