@@ -120,7 +120,7 @@ class Cache:
                 num_pages = max(0, left // cap["page_bytes"])
             else:
                 num_pages = max_seqs * self.max_pages_per_seq
-        self.num_pages = int(num_pages)
+        self.num_pages = max(int(num_pages), 1)  # kvq refuses a null pool, even an unused one
         dev, window = self.device, format.residual + format.page
         self.cold = torch.zeros(layers, self.num_pages, kv_heads, self.record_bytes, dtype=torch.uint8, device=dev)
         self.hot_k = torch.zeros(layers, max_seqs, window, kv_heads, head_dim, dtype=dtype, device=dev)
