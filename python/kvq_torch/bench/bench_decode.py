@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Decode attention through kvq_torch (torch.ops.kvq.decode) against PyTorch SDPA on dense bf16
+K/V (and FlashInfer's paged decode when it is importable), on the decode grid of
+bench/decode_bench.cuh: bf16, head dim 128, 32 query / 8 KV heads, page 64, R 128, one new token.
+
+Timing as the C++ benchmark times it: CUDA events around one call after an L2 flush, median of
+--iters. Two kvq numbers: `eager` (the op called from Python, dispatcher and checks included:
+what an engine pays) and `graph` (the same call replayed from a CUDA graph: the kernels alone).
+The package's overhead is eager over the C++ benchmark's kvq::decode time: --cxx-csv gives a CSV
+of kvq_bench_decode (bench/results/decode_h100.csv layout) to compare with, same GPU model only.
+
+    python3 bench_decode.py --grid 8x131072 --formats int2,none --csv out.csv
+"""
+import argparse
+import csv
+import math
+import statistics
+import sys
+
+import torch
+
+import kvq_torch
+
+FMT = {"none": ("none", "none"), "int8": ("int8", "int8"), "int4": ("int4", "int4"), "int2": ("int2", "int2"),
+       "k4v2": ("int4", "int2")}
+
+
+def timed(fn, iters, flush):
+    times = []
+    for _ in range(iters):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0)
+    return statistics.median(times)
+
+
+def fill(cache, seqs, tokens, gen_chunk=16384):
+    """Random K/V for `tokens` tokens of every sequence, appended in chunks (no attention)."""
+    done = 0
+    while done < tokens:
+        n = min(gen_chunk, tokens - done)
+        step = cache.begin(seqs, [n] * len(seqs))
+        k = torch.randn(n * len(seqs), cache.kv_heads, cache.head_dim, device="cuda", dtype=torch.bfloat16)
+        cache.append(0, k, k * 0.5, step)
+        cache.end(step)
+        done += n
+
+
+def cxx_time(path, fmt, batch, tokens, gpu):
+    if not path:
+        return None
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if (r["kernel"], r["format"], r["head_dim"], r["page"], r["q_heads"], r["kv_heads"], r["batch"], r["context"],
+                    r["q_len"]) == ("decode", fmt, "128", "64", "32", "8", str(batch), str(tokens), "1") and r["gpu"] == gpu:
+                return float(r["time_us"])
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grid", default="1x4096,8x4096,1x131072,8x131072", help="BATCHxTOKENS,...")
+    ap.add_argument("--formats", default="int2,none")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--cxx-csv", default="", help="kvq_bench_decode results to compare with (same GPU model)")
+    ap.add_argument("--csv", default="")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_decode: no CUDA device; nothing measured")
+        return 0
+    gpu = torch.cuda.get_device_name()
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    try:
+        import flashinfer  # noqa: F401
+        have_fi = True
+    except ImportError:
+        have_fi = False
+    rows = []
+    print("gpu: %s; FlashInfer %s" % (gpu, "importable" if have_fi else "not installed (skipped)"))
+    print("%-5s %6s %8s %12s %12s %12s %12s %9s" % ("fmt", "batch", "tokens", "eager_us", "graph_us", "cxx_us", "sdpa_us",
+                                                   "overhead"))
+    for cell in a.grid.split(","):
+        batch, tokens = (int(x) for x in cell.split("x"))
+        sdpa_us = None
+        for name in a.formats.split(","):
+            k, v = FMT[name]
+            key = "bf16|128|64|%s|%s" % (k, v)
+            if key not in kvq_torch.compiled_configs():
+                print("%s: not compiled, skipped" % key)
+                continue
+            cache = kvq_torch.Cache(layers=1, kv_heads=8, head_dim=128, num_q_heads=32,
+                                    format=kvq_torch.CacheFormat(k, v, page=64, residual=128), max_seqs=batch,
+                                    max_seq_len=tokens + 1, device="cuda", max_step_tokens=16384 * batch)
+            seqs = [cache.new_sequence() for _ in range(batch)]
+            fill(cache, seqs, tokens)
+            step = cache.begin(seqs, [1] * batch)
+            q = torch.randn(batch, 32, 128, device="cuda", dtype=torch.bfloat16)
+            nk = torch.randn(batch, 8, 128, device="cuda", dtype=torch.bfloat16)
+            out = torch.empty_like(q)
+            args = (cache.config, step.plan, cache.cold[0], cache.hot_k[0], cache.hot_v[0], None, None, 0,
+                    step.block_table, step.hot_slot, step.seq_len, step.seq_cold, step.cu_q, q, nk, nk,
+                    1 / math.sqrt(128), 0.0, cache.workspace, out, cache.flags)
+            op = torch.ops.kvq.decode
+            for _ in range(3):
+                op(*args)
+            eager = timed(lambda: op(*args), a.iters, flush)
+            g = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                op(*args)
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.cuda.graph(g):
+                op(*args)
+            graph = timed(g.replay, a.iters, flush)
+            cache.check_flags()
+            del cache
+            if sdpa_us is None:
+                try:
+                    qd = q.view(batch, 32, 1, 128)
+                    kd = torch.randn(batch, 8, tokens + 1, 128, device="cuda", dtype=torch.bfloat16)
+                    f = lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, kd, enable_gqa=True)
+                    f()
+                    sdpa_us = timed(f, a.iters, flush)
+                    del kd
+                except torch.OutOfMemoryError:
+                    sdpa_us = float("nan")
+            torch.cuda.empty_cache()
+            cxx = cxx_time(a.cxx_csv, name, batch, tokens, gpu)
+            over = (eager / cxx - 1) * 100 if cxx else float("nan")
+            print("%-5s %6d %8d %12.1f %12.1f %12s %12.1f %8.1f%%" % (name, batch, tokens, eager, graph,
+                                                                     "%.1f" % cxx if cxx else "-", sdpa_us, over))
+            rows.append(dict(format=name, batch=batch, tokens=tokens, eager_us=round(eager, 2), graph_us=round(graph, 2),
+                             cxx_us=cxx or "", sdpa_us=round(sdpa_us, 2), overhead_pct=round(over, 2), gpu=gpu))
+    if a.csv and rows:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+// host_ops.cpp - see host_ops.hpp. Compiled by the host compiler, without torch headers.
+#include "host_ops.hpp"
+
+#include <cstdlib>
+
+#include <kvq/dispatch/dispatch.hpp>
+#include <kvq/quant/record_layout.hpp>
+#include <kvq/reference/append.hpp>
+#include <kvq/reference/attention.hpp>
+#include <kvq/reference/dequantize.hpp>
+
+#include "kvq_instances.hpp"
+
+namespace kvq_torch {
+namespace {
+
+using Instances = kvq_torch_instances::Instances;
+
+bool parse_int(const std::string& s, int* out) {
+  if (s.empty() || s.size() > 9) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  *out = std::atoi(s.c_str());
+  return true;
+}
+
+bool parse_format(const std::string& s, kvq::QuantDesc* d) {
+  if (s == "none") return *d = kvq::kDescNone, true;
+  if (s == "int8") return *d = kvq::kDescInt8, true;
+  if (s == "int4") return *d = kvq::desc_int4(32), true;
+  if (s == "int2") return *d = kvq::desc_int2(32), true;
+  int g = 0;
+  if (s.size() > 5 && (s.compare(0, 5, "int4g") == 0 || s.compare(0, 5, "int2g") == 0) && parse_int(s.substr(5), &g) && g > 0) {
+    *d = s[3] == '4' ? kvq::desc_int4(g) : kvq::desc_int2(g);
+    return true;
+  }
+  return false;
+}
+
+std::string format_string(const kvq::QuantDesc& d) {
+  switch (d.kind) {
+    case kvq::QuantKind::kNone: return "none";
+    case kvq::QuantKind::kInt8: return "int8";
+    case kvq::QuantKind::kAsym: {
+      std::string s = "int" + std::to_string(d.bits);
+      return d.group == 32 ? s : s + "g" + std::to_string(d.group);
+    }
+  }
+  return "?";
+}
+
+template <class T>
+kvq::CacheView<T> typed_view(const kvq::CacheView<void>& c) {
+  kvq::CacheView<T> v;
+  v.cold = c.cold;
+  v.num_pages = c.num_pages;
+  v.hot_k = static_cast<T*>(c.hot_k);
+  v.hot_v = static_cast<T*>(c.hot_v);
+  v.num_slots = c.num_slots;
+  v.residual = c.residual;
+  v.num_kv_heads = c.num_kv_heads;
+  v.block_table = c.block_table;
+  v.max_pages_per_seq = c.max_pages_per_seq;
+  v.hot_slot = c.hot_slot;
+  v.sink_k = static_cast<T*>(c.sink_k);
+  v.sink_v = static_cast<T*>(c.sink_v);
+  v.sinks = c.sinks;
+  v.key_clip = c.key_clip;
+  return v;
+}
+
+template <class... Cfgs>
+std::vector<kvq::ConfigKey> keys_of(kvq::ConfigList<Cfgs...>) {
+  return {kvq::key_of<Cfgs>()...};
+}
+
+}  // namespace
+
+bool parse_config(const std::string& text, kvq::ConfigKey* key, std::string* error) {
+  std::vector<std::string> f;
+  size_t start = 0;
+  for (;;) {
+    const size_t bar = text.find('|', start);
+    f.push_back(text.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+    if (bar == std::string::npos) break;
+    start = bar + 1;
+  }
+  if (f.size() != 5) return *error = "expected DTYPE|HEAD_DIM|PAGE|K_FORMAT|V_FORMAT", false;
+  kvq::ConfigKey k{};
+  if (f[0] == "bf16")
+    k.dtype = kvq::DType::kBF16;
+  else if (f[0] == "fp16")
+    k.dtype = kvq::DType::kFP16;
+  else
+    return *error = "dtype '" + f[0] + "' is not bf16 or fp16", false;
+  if (!parse_int(f[1], &k.head_dim) || !parse_int(f[2], &k.page))
+    return *error = "head dim and page must be numbers", false;
+  if (!parse_format(f[3], &k.k) || !parse_format(f[4], &k.v))
+    return *error = "formats are none, int8, int4, int2, int4g<G>, int2g<G>", false;
+  *key = k;
+  return true;
+}
+
+std::string config_string(const kvq::ConfigKey& key) {
+  return std::string(key.dtype == kvq::DType::kBF16 ? "bf16" : "fp16") + "|" + std::to_string(key.head_dim) + "|" +
+         std::to_string(key.page) + "|" + format_string(key.k) + "|" + format_string(key.v);
+}
+
+std::vector<std::string> compiled_configs() {
+  std::vector<std::string> out;
+  for (const kvq::ConfigKey& k : keys_of(Instances{})) out.push_back(config_string(k));
+  return out;
+}
+
+bool is_compiled(const kvq::ConfigKey& key) { return kvq::contains(Instances{}, key); }
+
+size_t record_bytes_of(const kvq::ConfigKey& key) {
+  if (kvq::validate_layout(key.k, key.v, key.head_dim, key.page) != kvq::Status::kSuccess) return 0;
+  return kvq::record_offsets(key.k, key.v, key.head_dim, key.page).bytes;
+}
+
+const char* status_name(kvq::Status s) {
+  switch (s) {
+    case kvq::Status::kSuccess: return "kSuccess";
+    case kvq::Status::kNullPointer: return "kNullPointer";
+    case kvq::Status::kInvalidShape: return "kInvalidShape";
+    case kvq::Status::kInvalidLength: return "kInvalidLength";
+    case kvq::Status::kBlockTableOverflow: return "kBlockTableOverflow";
+    case kvq::Status::kInvalidPageId: return "kInvalidPageId";
+    case kvq::Status::kInvalidHotSlot: return "kInvalidHotSlot";
+    case kvq::Status::kConfigMismatch: return "kConfigMismatch";
+    case kvq::Status::kNotInstantiated: return "kNotInstantiated";
+    case kvq::Status::kWorkspaceTooSmall: return "kWorkspaceTooSmall";
+    case kvq::Status::kCudaError: return "kCudaError";
+  }
+  return "kUnknown";
+}
+
+kvq::Status cpu_append(const kvq::ConfigKey& key, const kvq::CacheView<void>& view, const kvq::AppendBatch<void>& a,
+                       uint32_t* flags) {
+  return kvq::dispatch(Instances{}, key, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    using T = typename Cfg::dtype;
+    kvq::AppendBatch<T> b;
+    b.batch = a.batch;
+    b.lengths = a.lengths;
+    b.cu_new = a.cu_new;
+    b.new_k = static_cast<const T*>(a.new_k);
+    b.new_v = static_cast<const T*>(a.new_v);
+    b.cold_out = a.cold_out;
+    return kvq::reference::append<Cfg>(typed_view<T>(view), b, flags);
+  });
+}
+
+kvq::Status cpu_attention(const kvq::ConfigKey& key, const kvq::CacheView<void>& view,
+                          const kvq::AttentionBatch<void>& a, float* out) {
+  return kvq::dispatch(Instances{}, key, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    using T = typename Cfg::dtype;
+    kvq::AttentionBatch<T> b;
+    b.batch = a.batch;
+    b.num_q_heads = a.num_q_heads;
+    b.lengths = a.lengths;
+    b.cu_q = a.cu_q;
+    b.q = static_cast<const T*>(a.q);
+    b.new_k = static_cast<const T*>(a.new_k);
+    b.new_v = static_cast<const T*>(a.new_v);
+    b.softmax_scale = a.softmax_scale;
+    b.softcap = a.softcap;
+    return kvq::reference::attention<Cfg>(typed_view<T>(view), b, out);
+  });
+}
+
+kvq::Status cpu_dequantize_sequence(const kvq::ConfigKey& key, const kvq::CacheView<void>& view, int batch, int b,
+                                    int64_t len, int64_t cold, void* k_out, void* v_out) {
+  return kvq::dispatch(Instances{}, key, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    using T = typename Cfg::dtype;
+    return kvq::reference::dequantize_sequence<Cfg>(typed_view<T>(view), batch, b, len, cold, static_cast<T*>(k_out),
+                                                    static_cast<T*>(v_out));
+  });
+}
+
+kvq::Status cpu_plan_decode(const kvq::ConfigKey& key, const kvq::DecodeShape& shape, kvq::DecodePlan* plan) {
+  return kvq::dispatch(Instances{}, key, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    return kvq::plan_decode(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes, plan);
+  });
+}
+
+kvq::Status cpu_plan_prefill(const kvq::ConfigKey& key, const kvq::PrefillShape& shape, kvq::PrefillPlan* plan) {
+  return kvq::dispatch(Instances{}, key, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    return kvq::plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes,
+                             kvq::prefill_rows_per_cta(Cfg::head_dim, true), plan);
+  });
+}
+
+}  // namespace kvq_torch
