@@ -52,12 +52,16 @@ subprocess.run([cmake, "-DKVQ_INSTANCES_DIR=%s" % gen, "-DKVQ_INSTANCES_NAMESPAC
                 "-DKVQ_INSTANCES_CONFIGS=%s" % ";".join(c.entry for c in configs),
                 "-P", str(root / "cmake" / "kvq_instances.cmake")], check=True)
 generated = [Path(p) for p in (gen / "sources.txt").read_text().split() if p]
-print("kvq_torch: %s build of %d configurations: %s" % ("CUDA" if with_cuda else "CPU-only", len(configs),
-                                                        ", ".join(c.name for c in configs)))
 
 include_dirs = [str(root / "include"), str(gen / "include"), str(here / "csrc")]
-cxx_flags = ["-O3", "-std=c++17"]
+# kvq is C++17; newer torch headers (ATen.h says so) need C++20 in the translation units that
+# include them, and kvq's headers compile as C++20 too. nvcc's units include no torch header.
+aten_h = Path(cpp_extension.include_paths()[0]) / "ATen" / "ATen.h"
+cxx_std = "c++20" if aten_h.is_file() and "C++20 or later" in aten_h.read_text(errors="replace") else "c++17"
+cxx_flags = ["-O3", "-std=" + cxx_std]
 rel = lambda p: os.path.relpath(p, here)  # setuptools wants sources relative to setup.py
+print("kvq_torch: %s build (host %s) of %d configurations: %s" % ("CUDA" if with_cuda else "CPU-only", cxx_std,
+      len(configs), ", ".join(c.name for c in configs)))
 os.chdir(here)
 sources = [rel(here / "csrc" / "kvq_torch.cpp"), rel(here / "csrc" / "host_ops.cpp")]
 if with_cuda:

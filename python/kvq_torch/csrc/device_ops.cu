@@ -6,6 +6,8 @@
 #include <kvq/append/rollback.cuh>
 #include <kvq/cache/window.hpp>
 #include <kvq/core/launch.cuh>
+#include <kvq/numeric/dtype.hpp>
+#include <kvq/rotation/rotate.cuh>
 
 namespace kvq_torch {
 namespace {
@@ -17,6 +19,25 @@ __global__ void advance_kernel(int32_t* len, int32_t* cold, const int32_t* cu_ne
   const int64_t l = int64_t(len[b]) + n;
   cold[b] = int32_t(kvq::cold_after(l, cold[b], residual, page));
   len[b] = int32_t(l);
+}
+
+// fp32 with the model dtypes' conversions, for kvq::rotate_heads over fp32 vectors.
+struct DeviceF32 {
+  float x;
+  static __device__ DeviceF32 from_float(float f) { return DeviceF32{f}; }
+  __device__ float to_float() const { return x; }
+};
+static_assert(sizeof(DeviceF32) == 4, "DeviceF32 is a float");
+
+template <class T>
+kvq::Status rotate_typed(void* x, int D, int64_t n, uint64_t seed, bool inverse, cudaStream_t stream) {
+  T* p = static_cast<T*>(x);
+  switch (D) {
+    case 64: return kvq::rotate_heads<T, 64>(p, n, seed, inverse, stream);
+    case 128: return kvq::rotate_heads<T, 128>(p, n, seed, inverse, stream);
+    case 256: return kvq::rotate_heads<T, 256>(p, n, seed, inverse, stream);
+    default: return kvq::Status::kConfigMismatch;
+  }
 }
 
 }  // namespace
@@ -31,6 +52,15 @@ kvq::Status advance_lengths(int32_t* len, int32_t* cold, const int32_t* cu_new, 
 kvq::Status rollback_lengths(int32_t* len, const int32_t* cold, const int32_t* new_len, int batch, uint32_t* flags,
                              cudaStream_t stream) {
   return kvq::rollback(len, cold, new_len, batch, flags, stream);
+}
+
+kvq::Status rotate_heads(void* x, RotateDType dtype, int D, int64_t n, uint64_t seed, bool inverse, cudaStream_t stream) {
+  switch (dtype) {
+    case RotateDType::kF32: return rotate_typed<DeviceF32>(x, D, n, seed, inverse, stream);
+    case RotateDType::kBF16: return rotate_typed<kvq::bf16>(x, D, n, seed, inverse, stream);
+    case RotateDType::kFP16: return rotate_typed<kvq::fp16>(x, D, n, seed, inverse, stream);
+  }
+  return kvq::Status::kConfigMismatch;
 }
 
 }  // namespace kvq_torch

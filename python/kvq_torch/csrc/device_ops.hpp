@@ -7,6 +7,8 @@
 #include <kvq/core/cuda_fwd.hpp>
 #include <kvq/core/status.hpp>
 
+#include "host_ops.hpp"
+
 namespace kvq_torch {
 
 // After a step's append, on the device: len[b] += cu_new[b+1] - cu_new[b] and
@@ -19,5 +21,9 @@ kvq::Status advance_lengths(int32_t* len, int32_t* cold, const int32_t* cu_new, 
 // kvq::rollback (kvq/append/rollback.cuh): len[b] = new_len[b] where legal, else kFlagBadSequence.
 kvq::Status rollback_lengths(int32_t* len, const int32_t* cold, const int32_t* new_len, int batch, uint32_t* flags,
                              cudaStream_t stream);
+
+// kvq::rotate_heads<T, D> (kvq/rotation/rotate.cuh) of n head vectors of D values in place on
+// `stream`: the same bits as cpu_rotate. kConfigMismatch for D other than 64, 128, 256.
+kvq::Status rotate_heads(void* x, RotateDType dtype, int D, int64_t n, uint64_t seed, bool inverse, cudaStream_t stream);
 
 }  // namespace kvq_torch

@@ -4,7 +4,9 @@
 #include <cstdlib>
 
 #include <kvq/dispatch/dispatch.hpp>
+#include <kvq/numeric/dtype.hpp>
 #include <kvq/quant/record_layout.hpp>
+#include <kvq/quant/rotation.hpp>
 #include <kvq/reference/append.hpp>
 #include <kvq/reference/attention.hpp>
 #include <kvq/reference/dequantize.hpp>
@@ -194,6 +196,51 @@ kvq::Status cpu_plan_prefill(const kvq::ConfigKey& key, const kvq::PrefillShape&
     return kvq::plan_prefill(shape, Cfg::head_dim, Cfg::page, Cfg::record_bytes,
                              kvq::prefill_rows_per_cta(Cfg::head_dim, true), plan);
   });
+}
+
+namespace {
+
+struct HostF32 {  // fp32 with the model dtypes' conversions
+  float x;
+  static HostF32 from_float(float f) { return HostF32{f}; }
+  float to_float() const { return x; }
+};
+
+template <class T, int D>
+void rotate_rows(T* x, int64_t n, uint64_t seed, bool inverse) {
+  for (int64_t r = 0; r < n; ++r) {
+    float f[D];
+    T* p = x + r * D;
+    for (int e = 0; e < D; ++e) f[e] = p[e].to_float();
+    if (inverse)
+      kvq::unrotate<D>(f, seed);
+    else
+      kvq::rotate<D>(f, seed);
+    for (int e = 0; e < D; ++e) p[e] = T::from_float(f[e]);
+  }
+}
+
+template <class T>
+kvq::Status rotate_typed(T* x, int D, int64_t n, uint64_t seed, bool inverse) {
+  switch (D) {
+    case 64: return rotate_rows<T, 64>(x, n, seed, inverse), kvq::Status::kSuccess;
+    case 128: return rotate_rows<T, 128>(x, n, seed, inverse), kvq::Status::kSuccess;
+    case 256: return rotate_rows<T, 256>(x, n, seed, inverse), kvq::Status::kSuccess;
+    default: return kvq::Status::kConfigMismatch;
+  }
+}
+
+}  // namespace
+
+kvq::Status cpu_rotate(void* x, RotateDType dtype, int D, int64_t n, uint64_t seed, bool inverse) {
+  if (n < 0) return kvq::Status::kInvalidShape;
+  if (n > 0 && !x) return kvq::Status::kNullPointer;
+  switch (dtype) {
+    case RotateDType::kF32: return rotate_typed(static_cast<HostF32*>(x), D, n, seed, inverse);
+    case RotateDType::kBF16: return rotate_typed(static_cast<kvq::bf16*>(x), D, n, seed, inverse);
+    case RotateDType::kFP16: return rotate_typed(static_cast<kvq::fp16*>(x), D, n, seed, inverse);
+  }
+  return kvq::Status::kConfigMismatch;
 }
 
 }  // namespace kvq_torch

@@ -46,4 +46,12 @@ kvq::Status cpu_dequantize_sequence(const kvq::ConfigKey& key, const kvq::CacheV
 kvq::Status cpu_plan_decode(const kvq::ConfigKey& key, const kvq::DecodeShape& shape, kvq::DecodePlan* plan);
 kvq::Status cpu_plan_prefill(const kvq::ConfigKey& key, const kvq::PrefillShape& shape, kvq::PrefillPlan* plan);
 
+// The element types the rotation ops take: the model dtypes and fp32 (an engine that rotates
+// before rounding to the model dtype, as examples/smollm2 does).
+enum class RotateDType { kF32, kBF16, kFP16 };
+// kvq/quant/rotation.hpp's rotate<D> (inverse false) or unrotate<D> of n head vectors of D values
+// in place, host memory, each vector through fp32 and back (what kvq::rotate_heads does on the
+// GPU, bit for bit). kConfigMismatch for D other than 64, 128, 256.
+kvq::Status cpu_rotate(void* x, RotateDType dtype, int D, int64_t n, uint64_t seed, bool inverse);
+
 }  // namespace kvq_torch

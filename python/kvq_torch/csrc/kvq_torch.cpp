@@ -30,6 +30,7 @@
 #include <kvq/cache/planner.hpp>
 #include <kvq/cache/rollback.hpp>
 #include <kvq/cache/window.hpp>
+#include <kvq/quant/rotation.hpp>
 
 #include "host_ops.hpp"
 
@@ -552,6 +553,44 @@ void advance_op(Tensor& seq_len, Tensor& seq_cold, const Tensor& cu_new, int64_t
   }
 }
 
+// ---- rotation -------------------------------------------------------------------------------------------
+
+// kvq/quant/rotation.hpp's rotation (inverse false) or unrotation of every head vector of x in
+// place: x [..., D] (D 64, 128 or 256, the last dimension), fp32, bf16 or fp16, contiguous. seed:
+// kvq's 64-bit seed as an int64 bit pattern (layer_rotation_seed). CPU: the host functions; CUDA:
+// kvq::rotate_heads on the current stream; the same bits.
+void rotate_heads_op(Tensor& x, int64_t seed, bool inverse) {
+  const char* op = "rotate_heads";
+  if (!x.defined()) refuse(op, kvq::Status::kNullPointer, "x", "missing tensor");
+  RotateDType dt;
+  switch (x.scalar_type()) {
+    case at::kFloat: dt = RotateDType::kF32; break;
+    case at::kBFloat16: dt = RotateDType::kBF16; break;
+    case at::kHalf: dt = RotateDType::kFP16; break;
+    default: refuse(op, kvq::Status::kInvalidShape, "x", std::string("expected float32, bfloat16 or float16, got ") + c10::toString(x.scalar_type()));
+  }
+  if (x.dim() < 1) refuse(op, kvq::Status::kInvalidShape, "x", "expected [..., head_dim]");
+  const int64_t D = x.size(-1);
+  if (D != 64 && D != 128 && D != 256)
+    refuse(op, kvq::Status::kConfigMismatch, "x", "head dim (last dimension) must be 64, 128 or 256, got shape " + shape_string(x));
+  if (!x.is_contiguous()) refuse(op, kvq::Status::kInvalidShape, "x", "must be contiguous");
+  if (x.numel() > 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 4 != 0) refuse(op, kvq::Status::kInvalidShape, "x", "data must be 4-byte aligned");
+  const int64_t n = x.numel() / D;
+  if (on_cuda(x)) {
+#ifdef KVQ_TORCH_CUDA
+    const c10::cuda::CUDAGuard guard(x.device());
+    check_status(op, rotate_heads(x.data_ptr(), dt, int(D), n, uint64_t(seed), inverse, stream_of(x)));
+#else
+    no_cuda(op);
+#endif
+    return;
+  }
+  check_status(op, cpu_rotate(x.data_ptr(), dt, int(D), n, uint64_t(seed), inverse));
+}
+
+// kvq::layer_rotation_seed(layer) as an int64 bit pattern (the seed kvq's examples use per layer).
+int64_t layer_rotation_seed_op(int64_t layer) { return int64_t(kvq::layer_rotation_seed(int(layer))); }
+
 // ---- capacity, configurations ---------------------------------------------------------------------------
 
 // [record_bytes, page_bytes, hot_bytes_per_sequence, bytes_for_sequence(seq_len),
@@ -619,6 +658,8 @@ TORCH_LIBRARY(kvq, m) {
   m.def("compiled_configs() -> str[]");
   m.def("built_with_cuda() -> bool");
   m.def("plan_nbytes() -> int[]");
+  m.def("rotate_heads(Tensor(a!) x, int seed, bool inverse) -> ()");
+  m.def("layer_rotation_seed(int layer) -> int");
 }
 
 TORCH_LIBRARY_IMPL(kvq, CPU, m) {
@@ -629,6 +670,7 @@ TORCH_LIBRARY_IMPL(kvq, CPU, m) {
   m.impl("rollback", &kvq_torch::rollback_op);
   m.impl("advance", &kvq_torch::advance_op);
   m.impl("plan_workspace_bytes", &kvq_torch::plan_workspace_bytes_op);
+  m.impl("rotate_heads", &kvq_torch::rotate_heads_op);
 }
 
 #ifdef KVQ_TORCH_CUDA
@@ -639,6 +681,7 @@ TORCH_LIBRARY_IMPL(kvq, CUDA, m) {
   m.impl("dequantize", &kvq_torch::dequantize_op);
   m.impl("rollback", &kvq_torch::rollback_op);
   m.impl("advance", &kvq_torch::advance_op);
+  m.impl("rotate_heads", &kvq_torch::rotate_heads_op);
 }
 #endif
 
@@ -650,6 +693,7 @@ TORCH_LIBRARY_IMPL(kvq, CompositeExplicitAutograd, m) {
   m.impl("compiled_configs", &kvq_torch::compiled_configs_op);
   m.impl("built_with_cuda", &kvq_torch::built_with_cuda_op);
   m.impl("plan_nbytes", &kvq_torch::plan_nbytes_op);
+  m.impl("layer_rotation_seed", &kvq_torch::layer_rotation_seed_op);
 }
 
 // `import kvq_torch._C` loads this library, whose static initialisers register the ops above.

@@ -12,8 +12,8 @@
 
 The operators themselves are torch.ops.kvq.* (kvq_torch.ops documents them).
 """
-from ._configs import ConfigError, cold_after, cold_pages_needed  # noqa: F401
-from .ops import KvqError, built_with_cuda, capacity, compiled_configs  # noqa: F401
+from ._configs import ConfigError, cold_after, cold_pages_needed, layer_rotation_seed  # noqa: F401
+from .ops import KvqError, built_with_cuda, capacity, compiled_configs, rotate_heads, rotated  # noqa: F401
 from .cache import Cache, CacheFormat, Step  # noqa: F401
 from . import ops  # noqa: F401
 

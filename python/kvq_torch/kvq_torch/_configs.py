@@ -181,3 +181,23 @@ def cold_after(length: int, cold: int, residual: int, page: int) -> int:
 def cold_pages_needed(length: int, cold: int, num_new: int, residual: int, page: int) -> int:
     """Pages an append of num_new tokens turns cold (kvq::cold_pages_needed)."""
     return (cold_after(length + num_new, cold, residual, page) - cold) // page
+
+
+# ---- rotation seeds (kvq/quant/rotation.hpp) ------------------------------------------------------
+
+_M64 = (1 << 64) - 1
+
+
+def mix64(z: int) -> int:
+    """kvq::mix64 (splitmix64's output function) on a 64-bit unsigned value."""
+    z &= _M64
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & _M64
+    return z ^ (z >> 31)
+
+
+def layer_rotation_seed(layer: int) -> int:
+    """kvq::layer_rotation_seed(layer), the per-layer seed of kvq's examples, as the signed int64
+    bit pattern torch ops take (the op reinterprets it as kvq's uint64)."""
+    s = mix64(0x6b7671 + layer)
+    return s - (1 << 64) if s >= 1 << 63 else s

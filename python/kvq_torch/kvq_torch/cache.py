@@ -26,21 +26,24 @@ from typing import Optional, Sequence
 import torch
 
 from . import ops
-from ._configs import MAX_SINKS, canonical_format, cold_after, cold_pages_needed, key_of
+from ._configs import MAX_SINKS, canonical_format, cold_after, cold_pages_needed, key_of, layer_rotation_seed
 
 DECODE_MAX_Q_LEN = 16  # kvq::kDecodeMaxQLen
 
 
 @dataclass(frozen=True)
 class CacheFormat:
-    """kvq::CacheFormat: K and V formats, page P, hot window R (a multiple of P), attention sinks
-    and the key-group range rule ("minmax" or "mse")."""
+    """kvq::CacheFormat: K and V formats, page P, hot window R (a multiple of P), attention sinks,
+    the key-group range rule ("minmax" or "mse") and the rotation of q / k / v (kvq/quant/rotation.hpp:
+    a per-head Hadamard transform with random signs, seed kvq::layer_rotation_seed(layer)), which
+    Cache.attend applies unless the model already did (see Cache.attend)."""
     k: str = "int2"
     v: str = "int2"
     page: int = 64
     residual: int = 128
     sinks: int = 0
     key_clip: str = "minmax"
+    rotate: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "k", canonical_format(self.k))
@@ -55,19 +58,19 @@ class CacheFormat:
         if self.key_clip not in ops.KEY_CLIP:
             raise ops.KvqError("kvq: kConfigMismatch: key_clip: 'minmax' or 'mse'", "kConfigMismatch", "key_clip")
 
-    # kvq::recommended_int2() / _int4() / _k4v2() without the rotation, which the engine applies to
-    # q / k / v itself (kvq/quant/rotation.hpp).
+    # kvq::recommended_int2() / _int4() / _k4v2() (kvq/cache/planner.hpp): page 64, R 128, 4 sinks,
+    # MSE-clipped key groups, rotation on.
     @staticmethod
     def recommended_int2() -> "CacheFormat":
-        return CacheFormat("int2", "int2", 64, 128, 4, "mse")
+        return CacheFormat("int2", "int2", 64, 128, 4, "mse", True)
 
     @staticmethod
     def recommended_int4() -> "CacheFormat":
-        return CacheFormat("int4", "int4", 64, 128, 4, "mse")
+        return CacheFormat("int4", "int4", 64, 128, 4, "mse", True)
 
     @staticmethod
     def recommended_k4v2() -> "CacheFormat":
-        return CacheFormat("int4", "int2", 64, 128, 4, "mse")
+        return CacheFormat("int4", "int2", 64, 128, 4, "mse", True)
 
 
 @dataclass
@@ -106,6 +109,8 @@ class Cache:
             raise ops.KvqError("kvq: kNotInstantiated: config: '%s' was not compiled into kvq_torch; compiled: %s"
                                % (self.config, ", ".join(ops.compiled_configs())), "kNotInstantiated", "config")
         self.key_clip = ops.KEY_CLIP[format.key_clip]
+        # kvq::layer_rotation_seed(layer) of every layer (int64 bit patterns), used when format.rotate.
+        self.rotation_seeds = [layer_rotation_seed(i) for i in range(layers)]
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
         self.softcap = softcap
         self.max_seqs, self.max_seq_len = max_seqs, max_seq_len
@@ -231,17 +236,32 @@ class Cache:
                     plan=self.decode_plan if decode else self.prefill_plan,
                     max_new=DECODE_MAX_Q_LEN if decode else max(num_new), host_len=host_len, host_cold=host_cold)
 
+    def _rotate(self, layer: int, xs, inverse: bool, eager: bool, copy: bool = True):
+        seed = self.rotation_seeds[layer]
+        op = ops.rotate_heads if eager else (lambda t, s, i: torch.ops.kvq.rotate_heads(t, s, i) or t)
+        return [op(x.contiguous().clone() if copy else x, seed, inverse) for x in xs]
+
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, step: Step,
-               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+               out: Optional[torch.Tensor] = None, rotated: bool = False) -> torch.Tensor:
         """Attention of the step's queries over the cache and their own tokens, then the append of
         k / v. q: [rows][num_q_heads][D], k, v: [rows][kv_heads][D] in the model dtype (rows = the
-        step's tokens, sequence by sequence). Returns [rows][num_q_heads][D]."""
+        step's tokens, sequence by sequence; RoPE applied). Returns [rows][num_q_heads][D].
+
+        With format.rotate, the cache holds rotated K / V (kvq/quant/rotation.hpp, seed
+        self.rotation_seeds[layer] = kvq::layer_rotation_seed(layer)): by default attend rotates
+        copies of q, k and v in the model dtype and unrotates the output in place before returning
+        it. rotated=True: the model rotated q / k / v itself (kvq_torch.ops.rotate_heads with the
+        layer's seed, e.g. in fp32 before rounding to the model dtype, as examples/smollm2 does) and
+        gets the output in the rotated domain, to unrotate (inverse=True, same seed) itself."""
         if out is None:
             out = torch.empty_like(q)
         sink_k = self.sink_k[layer] if self.sink_k is not None else None
         sink_v = self.sink_v[layer] if self.sink_v is not None else None
         # Eager calls raise KvqError; under torch.compile the ops are called as they are (ValueError).
         eager = not torch.compiler.is_compiling()
+        rotate = self.format.rotate and not rotated
+        if rotate:
+            q, k, v = self._rotate(layer, (q, k, v), False, eager)
         attention = torch.ops.kvq.decode if step.decode else torch.ops.kvq.prefill
         append = torch.ops.kvq.append
         if eager:
@@ -253,10 +273,15 @@ class Cache:
         append(self.config, self.cold[layer], self.hot_k[layer], self.hot_v[layer], sink_k, sink_v,
                self.key_clip, step.block_table, step.hot_slot, step.seq_len, step.seq_cold, step.cu_q, k, v, step.max_new,
                self.flags)
+        if rotate:
+            self._rotate(layer, (out,), True, eager, copy=False)
         return out
 
-    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, step: Step) -> None:
-        """The append alone (an engine that runs its own attention, or prefix recomputation)."""
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, step: Step, rotated: bool = False) -> None:
+        """The append alone (an engine that runs its own attention, or prefix recomputation); k / v
+        rotated here with format.rotate unless rotated=True (see attend)."""
+        if self.format.rotate and not rotated:
+            k, v = self._rotate(layer, (k, v), False, True)
         sink_k = self.sink_k[layer] if self.sink_k is not None else None
         sink_v = self.sink_v[layer] if self.sink_v is not None else None
         ops.append(self.config, self.cold[layer], self.hot_k[layer], self.hot_v[layer], sink_k, sink_v, self.key_clip,
@@ -275,8 +300,9 @@ class Cache:
                                % (new_len, self.cold_len[seq], self.len[seq]), "kInvalidLength", "new_len")
         self.len[seq] = new_len
 
-    def dequantize(self, layer: int, seq: int):
-        """Sequence seq's K and V of one layer as the cache holds them: [len][kv_heads][D] each."""
+    def dequantize(self, layer: int, seq: int, unrotate: bool = True):
+        """Sequence seq's K and V of one layer as the cache holds them: [len][kv_heads][D] each
+        (with format.rotate, unrotated back to the model's domain unless unrotate=False)."""
         n = self.len[seq]
         dev = self.device
         k = torch.empty(n, self.kv_heads, self.head_dim, dtype=self.dtype, device=dev)
@@ -287,6 +313,8 @@ class Cache:
         ops.dequantize(self.config, self.cold[layer], self.hot_k[layer], self.hot_v[layer], sink_k, sink_v, self.key_clip,
                        self.table[seq:seq + 1].to(dev), torch.tensor([seq], **i32), torch.tensor([n], **i32),
                        torch.tensor([self.cold_len[seq]], **i32), torch.tensor([0, n], **i32), n, k, v, self.flags)
+        if self.format.rotate and unrotate:
+            self._rotate(layer, (k, v), True, True, copy=False)
         return k, v
 
     def check_flags(self) -> int:

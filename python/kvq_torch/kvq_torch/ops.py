@@ -89,6 +89,11 @@ def _advance_fake(seq_len, seq_cold, cu_new, residual, page):
     return None
 
 
+@torch.library.register_fake("kvq::rotate_heads")
+def _rotate_heads_fake(x, seed, inverse):
+    return None
+
+
 _PLAN_NBYTES = list(_ops.plan_nbytes())
 
 
@@ -114,6 +119,30 @@ plan_decode = _wrap(_ops.plan_decode)
 plan_prefill = _wrap(_ops.plan_prefill)
 plan_workspace_bytes = _wrap(_ops.plan_workspace_bytes)
 _capacity = _wrap(_ops.capacity)
+_rotate_heads = _wrap(_ops.rotate_heads)
+
+
+def rotate_heads(x: torch.Tensor, seed: int, inverse: bool = False) -> torch.Tensor:
+    """kvq/quant/rotation.hpp's rotation (or, inverse, unrotation) of every head vector of x, in
+    place, and x returned: x [..., D] with D 64, 128 or 256 its last dimension, float32, bfloat16
+    or float16, contiguous, on the CPU (kvq's host functions) or CUDA (kvq::rotate_heads, current
+    stream); both give the same bits. Each vector goes through fp32 and is rounded once. seed: a
+    per-layer seed, e.g. layer_rotation_seed(layer) (an int64 bit pattern of kvq's uint64 seed)."""
+    _rotate_heads(x, seed, inverse)
+    return x
+
+
+def rotated(x: torch.Tensor, seed: int, inverse: bool = False) -> torch.Tensor:
+    """rotate_heads on a contiguous copy of x (x itself untouched)."""
+    y = x.contiguous().clone()
+    _rotate_heads(y, seed, inverse)
+    return y
+
+
+def layer_rotation_seed(layer: int) -> int:
+    """kvq::layer_rotation_seed(layer) (the seed kvq's examples use for layer `layer`), as the int64
+    bit pattern rotate_heads takes."""
+    return int(_ops.layer_rotation_seed(layer))
 
 
 def compiled_configs() -> list[str]:

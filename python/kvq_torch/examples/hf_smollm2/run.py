@@ -13,6 +13,13 @@ chunked prefill above, then the append). The model runs in fp32 like examples/sm
     python3 run.py perplexity --formats none,int8,int4,int2,k4v2   # 4 windows of 4096, Persuasion
     python3 run.py generate --formats none,int2
 
+Formats: none, int8, int4, int2, k4v2 (R = --residual, no sinks, min/max key groups, no rotation)
+and int2_rec, int4_rec, k4v2_rec: kvq's recommended formats (kvq::recommended_*(): R 128, 4 sinks,
+MSE-clipped key groups, rotation), the C++ engine's `--rotate on --sinks 4 --key-clip mse`. The
+rotation is applied as examples/smollm2 applies it (model_gpu.cu): q, k and v of every head are
+rotated in fp32 after RoPE with the seed kvq::layer_rotation_seed(layer), then rounded to bf16; the
+attention output (bf16) is unrotated in fp32.
+
 `--attention decode` (default, as the C++ engine's default) cuts each chunk into the runs over which
 token-by-token decoding and kvq's chunk contract agree (examples/smollm2/kv_cache.cpp,
 attention_calls); `--attention reference` is one call per chunk. Perplexity is compared with the C++
@@ -39,6 +46,10 @@ ROOT = here.parents[3]
 CACHE_DIR = Path(os.environ.get("SMOLLM2_CACHE", Path.home() / ".cache" / "kvq-smollm2"))
 FORMATS = {"none": ("none", "none"), "int8": ("int8", "int8"), "int4": ("int4", "int4"), "int2": ("int2", "int2"),
            "k4v2": ("int4", "int2")}
+# kvq::recommended_*() (kvq_torch.CacheFormat.recommended_*): rotation, 4 sinks, MSE key clipping;
+# the C++ engine's `--rotate on --sinks 4 --key-clip mse`.
+RECOMMENDED = {"int2_rec": kvq_torch.CacheFormat.recommended_int2, "int4_rec": kvq_torch.CacheFormat.recommended_int4,
+               "k4v2_rec": kvq_torch.CacheFormat.recommended_k4v2}
 PROMPTS = ["What is the capital of France, and what is it famous for?",
            "Write a short story about a robot who learns to paint.",
            "Explain to a ten-year-old why the sky is blue."]  # examples/smollm2/eval_generate.cpp
@@ -136,13 +147,22 @@ class Runner:
     def attend(self, layer, q, k, v):
         """q [B][Hq][T][D], k / v [B][Hkv][T][D] (fp32, RoPE applied) -> [B][T][Hq][D] fp32."""
         B, Hq, T, D = q.shape
-        q, k, v = (t.transpose(1, 2).to(torch.bfloat16) for t in (q, k, v))  # [B][T][H][D]
+        rotate = self.cache.format.rotate
+        seed = self.cache.rotation_seeds[layer]  # kvq::layer_rotation_seed(layer)
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # [B][T][H][D] fp32
+        if rotate:  # in fp32, before the rounding to bf16 (examples/smollm2: rope_split_kernel)
+            for t in (q, k, v):
+                kvq_torch.rotate_heads(t, seed)
+        q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
         outs = []
         for a, n, step in self.steps:
             f = lambda t: t[:, a:a + n].reshape(B * n, t.shape[2], D).contiguous()
-            o = self.cache.attend(layer, f(q), f(k), f(v), step)
+            o = self.cache.attend(layer, f(q), f(k), f(v), step, rotated=True)
             outs.append(o.view(B, n, Hq, D))
-        return torch.cat(outs, dim=1).float()
+        out = torch.cat(outs, dim=1).float()
+        if rotate:  # the bf16 output unrotated in fp32 (examples/smollm2: attention_out_kernel)
+            kvq_torch.rotate_heads(out, seed, inverse=True)
+        return out
 
 
 RUNNER = None
@@ -171,11 +191,19 @@ def forward(model, runner, ids):
         return model(input_ids=ids, position_ids=pos, use_cache=False).logits.float()
 
 
-def make_cache(model, fmt, batch, max_len, device, residual):
+def cache_format(fmt, residual):
+    if fmt in RECOMMENDED:
+        return RECOMMENDED[fmt]()
+    if fmt not in FORMATS:
+        sys.exit("unknown format %r: one of %s" % (fmt, ", ".join(list(FORMATS) + list(RECOMMENDED))))
     k, v = FORMATS[fmt]
+    return kvq_torch.CacheFormat(k, v, 64, residual)
+
+
+def make_cache(model, fmt, batch, max_len, device, residual):
     c = model.config
     return kvq_torch.Cache(layers=c.num_hidden_layers, kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
-                           num_q_heads=c.num_attention_heads, format=kvq_torch.CacheFormat(k, v, 64, residual),
+                           num_q_heads=c.num_attention_heads, format=cache_format(fmt, residual),
                            max_seqs=batch, max_seq_len=max_len, device=device, max_step_tokens=batch * 256,
                            softmax_scale=1.0 / math.sqrt(c.head_dim))
 
@@ -210,19 +238,25 @@ def perplexity(model, tok, args, device):
                 c = min(chunk, W - p)
                 logits = forward(model, RUNNER, win[:, p:p + c]).double()
                 lp = torch.log_softmax(logits, dim=-1)
-                for i in range(c):
-                    if p + i + 1 >= W:
-                        continue
-                    tgt = win[:, p + i + 1]
-                    nll -= lp[torch.arange(nb), i, tgt].sum().item()
-                    count += nb
+                m = min(c, W - 1 - p)  # positions with a next token in the window
+                tgt = win[:, p + 1:p + 1 + m]
+                nll -= lp[:, :m].gather(-1, tgt[..., None]).sum().item()
+                count += nb * m
             cache.check_flags()
         ppl = math.exp(nll / count)
-        ref = cxx_perplexity(args.cxx_log_dir, fmt) if args.residual == 128 and args.attention == "decode" else None
+        fmt_r = cache_format(fmt, args.residual).residual
+        ref = cxx_perplexity(args.cxx_log_dir, fmt) if fmt_r == 128 and args.attention == "decode" else None
         diff = "" if ref is None else "; C++ engine (GPU log) %.4f, difference %+.3f %%%s" % (
             ref, (ppl / ref - 1) * 100, "" if abs(ppl / ref - 1) <= 0.001 else "  ** beyond 0.1 % **")
         print("perplexity %s R=%d P=64 (%s attention): %.4f over %d tokens (%d windows of %d), %.1f s%s" % (
-            fmt, args.residual, args.attention, ppl, count, N, W, time.time() - t0, diff), flush=True)
+            fmt, fmt_r, args.attention, ppl, count, N, W, time.time() - t0, diff), flush=True)
+        if args.csv:  # format,variant,perplexity,tokens (variant: plain, or rec = kvq::recommended_*)
+            base, variant = (fmt[:-4], "rec") if fmt.endswith("_rec") else (fmt, "plain")
+            new_file = not Path(args.csv).exists()
+            with open(args.csv, "a") as f:
+                if new_file:
+                    f.write("format,variant,perplexity,tokens\n")
+                f.write("%s,%s,%.4f,%d\n" % (base, variant, ppl, count))
         results[fmt] = ppl
     return results
 
@@ -280,6 +314,7 @@ def main():
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--cxx-log-dir", default=str(ROOT / "bench" / "results" / "accuracy_gpu_logs"))
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--csv", default="", help="perplexity: append format,variant,perplexity,tokens rows here")
     args = ap.parse_args()
     if not Path(args.model).is_file():
         print("hf_smollm2: no model at %s (examples/smollm2/fetch_model.sh fetches it); skipped" % args.model)
