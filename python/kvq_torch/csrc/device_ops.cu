@@ -10,6 +10,16 @@
 #include <kvq/rotation/rotate.cuh>
 
 namespace kvq_torch {
+
+// fp32 with the model dtypes' conversions, for kvq::rotate_heads over fp32 vectors. Outside the
+// anonymous namespace: a kernel's template argument needs external linkage (hidden visibility).
+struct DeviceF32 {
+  float x;
+  static __device__ DeviceF32 from_float(float f) { return DeviceF32{f}; }
+  __device__ float to_float() const { return x; }
+};
+static_assert(sizeof(DeviceF32) == 4, "DeviceF32 is a float");
+
 namespace {
 
 __global__ void advance_kernel(int32_t* len, int32_t* cold, const int32_t* cu_new, int batch, int residual, int page) {
@@ -21,13 +31,6 @@ __global__ void advance_kernel(int32_t* len, int32_t* cold, const int32_t* cu_ne
   len[b] = int32_t(l);
 }
 
-// fp32 with the model dtypes' conversions, for kvq::rotate_heads over fp32 vectors.
-struct DeviceF32 {
-  float x;
-  static __device__ DeviceF32 from_float(float f) { return DeviceF32{f}; }
-  __device__ float to_float() const { return x; }
-};
-static_assert(sizeof(DeviceF32) == 4, "DeviceF32 is a float");
 
 template <class T>
 kvq::Status rotate_typed(void* x, int D, int64_t n, uint64_t seed, bool inverse, cudaStream_t stream) {

@@ -20,7 +20,7 @@ try:
     import torch  # noqa: F401
     torch_note = ""
 except ImportError:
-    torch_note = ("skipped: test_cpu_ops.py, test_gpu_ops.py (torch is not installed here; they run where "
+    torch_note = ("skipped: test_cpu_ops.py, test_gpu_ops.py, test_rotation.py (torch is not installed here; they run where "
                   "kvq_torch is built: python/kvq_torch/run_gpu.sh)")
 
 if have_pytest:
