@@ -35,6 +35,8 @@ struct CacheSpec {
   AttentionPath path = AttentionPath::kDecode;
   int sinks = 0;                                        // kvq attention sinks (cache/view.hpp)
   kvq::KeyClip key_clip = kvq::KeyClip::kMinMax;        // kvq's key-group range rule
+  int key_clip_from = 0;                                // layers below it keep min/max key groups
+  kvq::KeyClip key_clip_of(int layer) const { return layer >= key_clip_from ? key_clip : kvq::KeyClip::kMinMax; }
   // Accuracy experiments (ablation.hpp; CPU decode path only) and the Hadamard rotation of q/k/v
   // and the attention output (model.cpp; both backends).
   Ablation ablation;

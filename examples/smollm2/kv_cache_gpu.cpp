@@ -105,7 +105,7 @@ class GpuKvCacheImpl final : public GpuKvCache {
       view.sink_k = L.sink_k.p;
       view.sink_v = L.sink_v.p;
       view.sinks = spec_.sinks;
-      view.key_clip = spec_.key_clip;
+      view.key_clip = spec_.key_clip_of(layer);
 
       kvq::AppendBatch<kvq::bf16> ap;
       ap.batch = 1;

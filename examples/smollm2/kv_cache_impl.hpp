@@ -23,8 +23,10 @@ class KvCacheImpl final : public KvCache {
         cap_(int64_t(pages_per_seq_) * P) {
     for (int l = 0; l < layers; ++l)
       layers_.emplace_back(kv_heads, int64_t(max_seqs) * pages_per_seq_, max_seqs, spec.residual, pages_per_seq_, max_seqs);
-    for (Host& c : layers_) {
-      const kvq::Status st = c.status() == kvq::Status::kSuccess ? c.set_encoding(spec.sinks, spec.key_clip) : c.status();
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      Host& c = layers_[l];
+      const kvq::Status st =
+          c.status() == kvq::Status::kSuccess ? c.set_encoding(spec.sinks, spec.key_clip_of(int(l))) : c.status();
       if (st != kvq::Status::kSuccess)
         throw Error("kv cache: " + describe(spec) + ": " + kvq::to_string(st) +
                     (spec.sinks ? " (sinks: 0 .. 16, below the page, quantized formats only)" : ""));

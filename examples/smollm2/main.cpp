@@ -32,6 +32,7 @@ const char* kUsage =
     "                                      (default); reference: kvq::reference::attention per chunk\n"
     "  --sinks S                           kvq attention sinks: the first S tokens stay unquantized (0..16)\n"
     "  --key-clip minmax|mse               kvq's key-group range: min/max, or MSE-optimal clipping\n"
+    "  --key-clip-from L                   the key-group rule applies from layer L on (below: min/max; 0)\n"
     "  --rotate on|off                     Hadamard rotation (random signs) of q/k/v per head before the cache,\n"
     "                                      undone on the attention output (both devices; default off)\n"
     "  accuracy experiments (CPU, --attention decode; docs/ACCURACY.md):\n"
@@ -89,7 +90,7 @@ struct Args {
 Args parse(int argc, char** argv) {
   static const char* known[] = {"model", "device", "format", "gk", "gv", "residual", "page", "attention", "threads", "max-context",
                                 "csv", "text", "window", "windows", "start", "chunk", "batch", "lengths", "depths",
-                                "trials", "seed", "prompt", "passage", "max-new", "rotate", "sinks", "key-clip", "ablate-kv",
+                                "trials", "seed", "prompt", "passage", "max-new", "rotate", "sinks", "key-clip", "key-clip-from", "ablate-kv",
                                 "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis", "query-stride", "passkey-prompt"};
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -128,6 +129,8 @@ int run(int argc, char** argv) {
   const std::string clip = a.str("key-clip", "minmax");
   if (clip != "minmax" && clip != "mse") throw Error("--key-clip expects minmax or mse");
   spec.key_clip = clip == "mse" ? kvq::KeyClip::kMse : kvq::KeyClip::kMinMax;
+  spec.key_clip_from = int(a.num("key-clip-from", 0));
+  if (spec.key_clip_from < 0) throw Error("--key-clip-from expects a layer number >= 0");
   const std::string rot = a.str("rotate", "off");
   if (rot != "on" && rot != "off") throw Error("--rotate expects on or off");
   spec.rotate = rot == "on";
