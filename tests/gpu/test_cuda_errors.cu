@@ -27,16 +27,19 @@ __global__ void engine_kernel(int* p) {
   if (p) *p = 1;
 }
 
-// The engine's mistake: a block of 4096 threads (at most 1024) is an invalid configuration; the
-// launch fails at once and leaves cudaErrorInvalidConfiguration pending (not a sticky error).
-void provoke_engine_error() {
+// The engine's mistake: a block of 4096 threads (at most 1024); the launch fails at once and leaves
+// a non-sticky error pending (cudaErrorInvalidConfiguration, or cudaErrorInvalidValue with the
+// CUDA 13 runtime on an H100). Returns that error.
+cudaError_t provoke_engine_error() {
   engine_kernel<<<1, 4096>>>(nullptr);
-  REQUIRE(cudaPeekAtLastError() == cudaErrorInvalidConfiguration);
+  const cudaError_t e = cudaPeekAtLastError();
+  REQUIRE(e != cudaSuccess);
+  return e;
 }
 
 // After the kvq call: the engine still finds its own error (and this clears it).
-void expect_engine_error_kept(const char* what) {
-  CHECK_MESSAGE(cudaGetLastError() == cudaErrorInvalidConfiguration, what << ": the engine's pending error was lost");
+void expect_engine_error_kept(cudaError_t engine_error, const char* what) {
+  CHECK_MESSAGE(cudaGetLastError() == engine_error, what << ": the engine's pending error was lost");
   CHECK(cudaGetLastError() == cudaSuccess);
 }
 
@@ -72,9 +75,9 @@ TEST_SUITE("gpu") {
 
     // rollback: sequence 0 from 10 tokens back to 7
     kvq_test::DeviceBuffer<int32_t> len(std::vector<int32_t>{10}), cold(std::vector<int32_t>{0}), accepted(std::vector<int32_t>{7});
-    provoke_engine_error();
+    cudaError_t engine_error = provoke_engine_error();
     CHECK(kvq::rollback(len.get(), cold.get(), accepted.get(), 1, flags.get(), nullptr) == Status::kSuccess);
-    expect_engine_error_kept("rollback");
+    expect_engine_error_kept(engine_error, "rollback");
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(len.download() == std::vector<int32_t>{7});
 
@@ -91,18 +94,18 @@ TEST_SUITE("gpu") {
     a.cu_new = cu.get();
     a.new_k = d_k.get();
     a.new_v = d_v.get();
-    provoke_engine_error();
+    engine_error = provoke_engine_error();
     CHECK(kvq::append<Cfg>(layer.view(), a, kTokens, flags.get(), nullptr) == Status::kSuccess);
-    expect_engine_error_kept("append");
+    expect_engine_error_kept(engine_error, "append");
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
     d_len.upload(std::vector<int32_t>{kTokens});
 
     // dequantize: the 10 hot tokens come back bit for bit
     kvq_test::DeviceBuffer<T> k_out(size_t(kTokens) * D), v_out(size_t(kTokens) * D);
-    provoke_engine_error();
+    engine_error = provoke_engine_error();
     CHECK(kvq::dequantize<Cfg>(layer.view(), kvq::SeqLengths{d_len.get(), d_cold.get()}, 1, cu.get(), kTokens, k_out.get(),
                                v_out.get(), flags.get(), nullptr) == Status::kSuccess);
-    expect_engine_error_kept("dequantize");
+    expect_engine_error_kept(engine_error, "dequantize");
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(kvq_test::first_difference(k_out.download(), k) == -1);
     CHECK(kvq_test::first_difference(v_out.download(), v) == -1);
@@ -123,21 +126,21 @@ TEST_SUITE("gpu") {
     int sms = 0;
     KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 
-    provoke_engine_error();
+    engine_error = provoke_engine_error();
     kvq::DecodePlan plan{};
     REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{1, 1, 1, R, 2 * R, 1, 1, sms}, &plan) == Status::kSuccess);
     kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
     CHECK(kvq::decode<Cfg>(layer.view(), att, plan, ws.get(), plan.workspace_bytes, out.get(), flags.get(), nullptr) ==
           Status::kSuccess);
-    expect_engine_error_kept("plan_decode + decode");
+    expect_engine_error_kept(engine_error, "plan_decode + decode");
 
-    provoke_engine_error();
+    engine_error = provoke_engine_error();
     kvq::PrefillPlan pplan{};
     REQUIRE(kvq::plan_prefill<Cfg>(kvq::PrefillShape{1, 1, 1, R, 2 * R, 1, 1}, &pplan) == Status::kSuccess);
     kvq_test::DeviceBuffer<uint8_t> pws(pplan.workspace_bytes);
     CHECK(kvq::prefill<Cfg>(layer.view(), att, pplan, pws.get(), pplan.workspace_bytes, out.get(), flags.get(), nullptr) ==
           Status::kSuccess);
-    expect_engine_error_kept("plan_prefill + prefill");
+    expect_engine_error_kept(engine_error, "plan_prefill + prefill");
 
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(flags.download()[0] == 0u);  // every call ran on valid arguments
