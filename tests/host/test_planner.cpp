@@ -128,7 +128,7 @@ TEST_CASE("planner: the recommended formats validate, and sink rows count as per
   for (const CacheFormat& f : {kvq::recommended_int2(), kvq::recommended_int4(), kvq::recommended_k4v2()}) {
     CHECK(kvq::validate(kLlama3_8B, f) == kvq::Status::kSuccess);
     CHECK(f.sinks == 4);
-    CHECK(f.key_clip == kvq::KeyClip::kMse);
+    CHECK(f.key_clip == kvq::KeyClip::kMinMax);
     CHECK(f.rotate);
   }
   const CacheFormat r = kvq::recommended_int2();

@@ -37,10 +37,11 @@ struct CacheFormat {
 
 // kvq's recommended configurations (docs/ACCURACY.md: the measured choices), page 64, R = 128:
 // INT2 and INT4 keys/values, and INT4 keys with INT2 values, in groups of 32, each with the
-// rotation, 4 attention sinks and MSE-clipped key groups.
-constexpr CacheFormat recommended_int2() { return CacheFormat{desc_int2(32), desc_int2(32), 64, 128, 4, KeyClip::kMse, true}; }
-constexpr CacheFormat recommended_int4() { return CacheFormat{desc_int4(32), desc_int4(32), 64, 128, 4, KeyClip::kMse, true}; }
-constexpr CacheFormat recommended_k4v2() { return CacheFormat{desc_int4(32), desc_int2(32), 64, 128, 4, KeyClip::kMse, true}; }
+// rotation and 4 attention sinks. Key groups keep min/max ranges: MSE clipping lowers perplexity
+// but clips the rare keys that retrieval needs (INT2 passkey 41 of 60 -> 2 of 60 on the GPU).
+constexpr CacheFormat recommended_int2() { return CacheFormat{desc_int2(32), desc_int2(32), 64, 128, 4, KeyClip::kMinMax, true}; }
+constexpr CacheFormat recommended_int4() { return CacheFormat{desc_int4(32), desc_int4(32), 64, 128, 4, KeyClip::kMinMax, true}; }
+constexpr CacheFormat recommended_k4v2() { return CacheFormat{desc_int4(32), desc_int2(32), 64, 128, 4, KeyClip::kMinMax, true}; }
 
 // kInvalidShape: layers or KV heads <= 0; kConfigMismatch: page, residual or formats that no
 // configuration has (page <= 0, R < 0 or not a multiple of P, head dim or group sizes unsupported).

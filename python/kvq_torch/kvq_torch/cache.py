@@ -59,18 +59,18 @@ class CacheFormat:
             raise ops.KvqError("kvq: kConfigMismatch: key_clip: 'minmax' or 'mse'", "kConfigMismatch", "key_clip")
 
     # kvq::recommended_int2() / _int4() / _k4v2() (kvq/cache/planner.hpp): page 64, R 128, 4 sinks,
-    # MSE-clipped key groups, rotation on.
+    # min/max key groups, rotation on.
     @staticmethod
     def recommended_int2() -> "CacheFormat":
-        return CacheFormat("int2", "int2", 64, 128, 4, "mse", True)
+        return CacheFormat("int2", "int2", 64, 128, 4, "minmax", True)
 
     @staticmethod
     def recommended_int4() -> "CacheFormat":
-        return CacheFormat("int4", "int4", 64, 128, 4, "mse", True)
+        return CacheFormat("int4", "int4", 64, 128, 4, "minmax", True)
 
     @staticmethod
     def recommended_k4v2() -> "CacheFormat":
-        return CacheFormat("int4", "int2", 64, 128, 4, "mse", True)
+        return CacheFormat("int4", "int2", 64, 128, 4, "minmax", True)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 an independent fp32 re-implementation (bit for bit), rotate then unrotate, the per-layer seed,
 refusals, the Cache's rotated formats; the CUDA op (kvq::rotate_heads) against the CPU op, bit for
 bit (skipped without CUDA)."""
+import dataclasses
 import math
 
 import pytest
@@ -96,7 +97,7 @@ def test_recommended_formats_carry_the_rotation(kvq):
     F = kvq.CacheFormat
     for f, k, v in ((F.recommended_int2(), "int2", "int2"), (F.recommended_int4(), "int4", "int4"),
                     (F.recommended_k4v2(), "int4", "int2")):
-        assert (f.k, f.v, f.page, f.residual, f.sinks, f.key_clip, f.rotate) == (k, v, 64, 128, 4, "mse", True)
+        assert (f.k, f.v, f.page, f.residual, f.sinks, f.key_clip, f.rotate) == (k, v, 64, 128, 4, "minmax", True)
     assert not F().rotate
 
 
@@ -149,12 +150,12 @@ def test_rotate_heads_cuda_matches_cpu_bitwise(kvq, cuda):
 
 
 def test_recommended_int2_cuda_matches_cpu(kvq, cuda):
-    """kvq::recommended_int2 (rotation in attend, 4 sinks, MSE key groups) on CUDA and on the CPU:
+    """kvq::recommended_int2 (rotation in attend, 4 sinks) with MSE key groups, on CUDA and on the CPU:
     the same cold pool, sink rows and hot rows bit for bit, and close outputs (the handle passes
     sinks and key_clip through to the kernels)."""
     if ("int2", "int2") not in _formats(kvq):
         pytest.skip("needs bf16|64|64|int2|int2")
-    rec = kvq.CacheFormat.recommended_int2()
+    rec = dataclasses.replace(kvq.CacheFormat.recommended_int2(), key_clip="mse")
     g, c = make_cache(kvq, cuda, rec, layers=2), make_cache(kvq, "cpu", rec, layers=2)
     gen = torch.Generator().manual_seed(9)
     s = g.new_sequence()
