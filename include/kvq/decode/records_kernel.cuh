@@ -516,29 +516,30 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
             KVQ_UNROLL
             for (int u = 0; u < 2; ++u) y[nt][w][u][hh] = cap_log2 * tanhf(y[nt][w][u][hh] * (row_unscale(nt, hh) * cap_pre));
     }
+    // Masks the logits of the step's tokens rel0[w] + g + 8u for which masked(token) holds.
+    const auto mask_tokens = [&](auto masked) {
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w)
+          KVQ_UNROLL
+          for (int u = 0; u < 2; ++u)
+            if (masked(rel0[w] + g + 8 * u)) y[nt][w][u][0] = y[nt][w][u][1] = -INFINITY;
+    };
     // Tokens past rel_end (only in the warp's last tile, and only where records_end is not a
-    // multiple of 16: R below q_len) are masked in a warp-uniform branch.
+    // multiple of 16: R below q_len) and the sink tokens below sink_lim are masked, each in a
+    // warp-uniform branch. The two stay two branches: one branch testing both (one masked loop)
+    // changed the scheduling of the whole 8-row loop and added 3 instructions to one of its
+    // paths (sm_90a SASS), with no GPU run to judge it.
     if (rel0[W - 1] + 16 > rel_end) {
       // Pins this as a branch (ptxas 13.0 keeps it one anyway): if-converted, its selects
       // would run every step.
       asm volatile("");
-      KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
-        KVQ_UNROLL
-        for (int w = 0; w < W; ++w)
-          KVQ_UNROLL
-          for (int u = 0; u < 2; ++u)
-            if (rel0[w] + g + 8 * u >= rel_end) y[nt][w][u][0] = y[nt][w][u][1] = -INFINITY;
+      mask_tokens([&](int tok) { return tok >= rel_end; });
     }
     if (sink_lim > 0) {
       asm volatile("");
-      KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
-        KVQ_UNROLL
-        for (int w = 0; w < W; ++w)
-          KVQ_UNROLL
-          for (int u = 0; u < 2; ++u)
-            if (rel0[w] + g + 8 * u < sink_lim) y[nt][w][u][0] = y[nt][w][u][1] = -INFINITY;
+      mask_tokens([&](int tok) { return tok < sink_lim; });
     }
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)
