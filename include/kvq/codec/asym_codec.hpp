@@ -39,6 +39,20 @@ struct Codec<IntAsym<Bits, G>> {
   // bf16's round-to-nearest-even pair conversion gives exactly from_float_saturate's bits.
   static constexpr bool bf16_pair_exact = true;
 
+  // The parameters of tokens [off, off + n) (off a multiple of n, or of G for keys): keys the
+  // scale and zero rows of the key groups covering them (one group when n < G), one run; values
+  // their scales, then their zero points (two runs).
+  template <Role R, int D, int P>
+  KVQ_HD_CONSTEXPR static ParamRun param_run(int i, int off, int n) {
+    if constexpr (R == Role::kKey) {
+      return i == 0 ? ParamRun{size_t(off / G) * D * 4, size_t(n >= G ? n / G : 1) * D * 4} : ParamRun{0, 0};
+    } else {
+      constexpr size_t groups = D / G;
+      const size_t half = size_t(n) * groups * 2;
+      return i == 0 ? ParamRun{size_t(off) * groups * 2, half} : ParamRun{size_t(P) * groups * 2 + size_t(off) * groups * 2, half};
+    }
+  }
+
   template <Role R, int D, int P, class T>
   KVQ_HD static float decode_element(const uint8_t* codes, const uint8_t* params, int t, int c) {
     const CodeSlot s = code_slot<Q::bits, D>(R, t, c);

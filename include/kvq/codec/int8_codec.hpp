@@ -28,6 +28,12 @@ struct Codec<Int8> {
   // code * scale may be an fp32 subnormal: the dequantize kernel converts with from_float.
   static constexpr bool bf16_pair_exact = false;
 
+  // The parameters of tokens [off, off + n): their fp32 scales, one run.
+  template <Role R, int D, int P>
+  KVQ_HD_CONSTEXPR static ParamRun param_run(int i, int off, int n) {
+    return i == 0 ? ParamRun{size_t(off) * 4, size_t(n) * 4} : ParamRun{0, 0};
+  }
+
   template <Role R, int D, int P, class T>
   KVQ_HD static float decode_element(const uint8_t* codes, const uint8_t* params, int t, int c) {
     return int8_decode(reinterpret_cast<const int8_t*>(codes)[t * D + c], reinterpret_cast<const float*>(params)[t]);

@@ -18,6 +18,12 @@ struct Codec<NoQuant> {
   // Decoded values are the stored T values: nothing to round.
   static constexpr bool bf16_pair_exact = false;
 
+  // No parameters.
+  template <Role R, int D, int P>
+  KVQ_HD_CONSTEXPR static ParamRun param_run(int, int, int) {
+    return ParamRun{0, 0};
+  }
+
   template <Role R, int D, int P, class T>
   KVQ_HD static float decode_element(const uint8_t* codes, const uint8_t*, int t, int c) {
     return reinterpret_cast<const T*>(codes)[t * D + c].to_float();
