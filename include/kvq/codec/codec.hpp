@@ -15,6 +15,9 @@
 //   decode_chunk<R, D, P, T>(codes, params, t, c0, out[8])
 //                    channels c0 .. c0 + 7 of token t (kDecodeChunk, chunk.hpp): each element's
 //                    value bit for bit equal to decode_element's, loads shared by the chunk
+//   param_run<R, D, P>(i, off, n) -> ParamRun
+//                    run i (0 or 1) of the parameters of tokens [off, off + n) of a section: where
+//                    it starts in the parameter part and its bytes (what a staged page copies)
 //   encode_section<R, D, P, T>(row, codes, params, scratch, tid, nthreads, sync, flags, key_clip)
 //                    the section of one page from row(t) (the page's tokens in T), by nthreads
 //                    threads (this one tid), `sync` a barrier among them (section_codec.hpp)
