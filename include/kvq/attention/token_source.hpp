@@ -84,16 +84,16 @@ KVQ_HD int64_t records_end(const SeqAttention& s) {
   return r < s.len ? r : s.len;
 }
 
-// Row of token j of one role when it is not read from a record: an attention sink (j < sinks,
-// below the records' end) below cold is in the sink buffer (written when page 0 turned cold); any
-// other such token (a sink of page 0 turning cold in this step, a hot or a new token) is the ring
-// or fresh row (source_row). token_ref, the decode tail kernel and prefill's SinkRows read sink
-// tokens through it.
+// Row of token j of one role when it is not read from a record: below sink_end (an attention
+// sink, j < sinks, below the sequence's prefix and the pool's cold length: pass min(cold, len)
+// where j may be a new token) the sink buffer's row (written when page 0 turned cold), else the
+// ring or fresh row (a sink of page 0 turning cold in this step, a hot or a new token;
+// source_row). token_ref, the decode tail kernel and prefill's SinkRows read sink tokens through it.
 template <class T>
-KVQ_HD const T* sink_row(const CacheView<T>& v, const T* sink, const T* ring, const T* fresh, const SeqAppend& p, int64_t cold,
-                         int64_t j, int h, int head_dim, int page) {
-  return j < cold ? sink + sink_offset(p.slot, int(j), h, v.sinks, v.num_kv_heads, head_dim)
-                  : source_row(v, ring, fresh, p, j, h, head_dim, page);
+KVQ_HD const T* sink_row(const CacheView<T>& v, const T* sink, const T* ring, const T* fresh, const SeqAppend& p,
+                         int64_t sink_end, int64_t j, int h, int head_dim, int page) {
+  return j < sink_end ? sink + sink_offset(p.slot, int(j), h, v.sinks, v.num_kv_heads, head_dim)
+                      : source_row(v, ring, fresh, p, j, h, head_dim, page);
 }
 
 // Token t as the attention reads it: either a record (quantized) or raw rows.
@@ -116,10 +116,12 @@ KVQ_HD TokenRef<T> token_ref(const CacheView<T>& v, const AttentionBatch<T>& a, 
   } else if (t >= v.sinks && t < s.target && t < s.len) {
     r.record = transition + record_offset(t / page - s.cold / page, h, v.num_kv_heads, record_bytes);
   } else {
-    // A sink token or a hot / new token: only a sink token lies below cold here.
+    // A sink token or a hot / new token: only a sink token lies below min(cold, len) here (a new
+    // token may lie below cold when the step's append ran first).
     const SeqAppend p = as_append(s);
-    r.k = sink_row(v, v.sink_k, v.hot_k, a.new_k, p, s.cold, t, h, head_dim, page);
-    r.v = sink_row(v, v.sink_v, v.hot_v, a.new_v, p, s.cold, t, h, head_dim, page);
+    const int64_t sink_end = s.cold < s.len ? s.cold : s.len;
+    r.k = sink_row(v, v.sink_k, v.hot_k, a.new_k, p, sink_end, t, h, head_dim, page);
+    r.v = sink_row(v, v.sink_v, v.hot_v, a.new_v, p, sink_end, t, h, head_dim, page);
   }
   return r;
 }

@@ -8,6 +8,7 @@
 #include "kvq/codec/codec_fwd.hpp"
 #include "kvq/core/platform.hpp"
 #include "kvq/quant/formats.hpp"
+#include "kvq/quant/group_codec.hpp"
 
 KVQ_NAMESPACE_BEGIN
 
