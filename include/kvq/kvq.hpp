@@ -19,7 +19,7 @@
 #include "kvq/cache/element_decode.hpp"
 #include "kvq/quant/formats.hpp"
 #include "kvq/quant/rotation.hpp"
-#include "kvq/quant/section_codec.hpp"
+#include "kvq/codec/section_codec.hpp"
 #include "kvq/reference/append.hpp"
 #include "kvq/reference/attention.hpp"
 #include "kvq/reference/dequantize.hpp"

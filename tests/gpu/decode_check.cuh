@@ -13,6 +13,7 @@
 #include <kvq/reference/attention.hpp>
 
 #include <cmath>
+#include <utility>
 
 #include "append_check.cuh"
 
@@ -450,6 +451,44 @@ void check_decode_many_slots(uint64_t seed) {
   decode_step_and_check<Cfg>(host, dev, gen, {2}, 2, 2, 0.0f, rng, "many slots", nullptr, nullptr, 300);
 }
 
+// Query row qr's softmax attention over operand rows [0, n) of k and val (the reference's fp32
+// operands, [n][D]), added into o in fp64 and into on as a plain same-precision attention computes
+// it (probabilities and values rounded to T, the output rounded to T). The isolation tests of
+// decode and prefill (prefill_check.cuh) share it.
+template <class T>
+void attend_row(const T* qr, const std::vector<float>& k, const std::vector<float>& val, int64_t n, int D, float softmax_scale,
+                double* o, double* on) {
+  auto rt = [](double x) { return double(T::from_float(float(x)).to_float()); };
+  std::vector<double> lg(static_cast<size_t>(n));
+  double mx = -INFINITY, sum = 0, sum_naive = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    double dot = 0;
+    for (int c = 0; c < D; ++c) dot += double(qr[c].to_float()) * k[size_t(t) * D + c];
+    lg[size_t(t)] = dot * softmax_scale;
+    mx = std::max(mx, lg[size_t(t)]);
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    sum += std::exp(lg[size_t(t)] - mx);
+    sum_naive += rt(std::exp(lg[size_t(t)] - mx));
+  }
+  for (int64_t t = 0; t < n; ++t)
+    for (int c = 0; c < D; ++c) {
+      o[c] += std::exp(lg[size_t(t)] - mx) / sum * val[size_t(t) * D + c];
+      on[c] += rt(std::exp(lg[size_t(t)] - mx)) * rt(val[size_t(t) * D + c]);
+    }
+  for (int c = 0; c < D; ++c) on[c] = rt(on[c] / sum_naive);
+}
+
+// The largest |want| and the largest error of the naive attention against it.
+inline std::pair<double, double> largest_output_and_naive_error(const std::vector<double>& want, const std::vector<double>& naive) {
+  double mx = 0, e_naive = 0;
+  for (size_t x = 0; x < want.size(); ++x) {
+    mx = std::max(mx, std::fabs(want[x]));
+    e_naive = std::max(e_naive, std::fabs(naive[x] - want[x]));
+  }
+  return {mx, e_naive};
+}
+
 // Isolation of the two halves of the kernel (prompt then one decode step of q_len 1..max_q, GQA
 // group 4: max_q 4 keeps the rows within the records kernel's 16; max_q 16 takes the many-row kernel where
 // the configuration has one ("none" in both roles), else 4 or 8 row tiles of the records kernel):
@@ -521,24 +560,8 @@ void check_decode_isolation(uint64_t seed, Isolation kind, int max_q = 4) {
             }
           for (int c = 0; c < D; ++c) on[c] = rt(float(on[c]) / float(n));
         } else {
-          const T* qr = &q[(size_t(cu[size_t(b)] + j) * group + hq) * D];
-          std::vector<double> lg(static_cast<size_t>(n));
-          double mx = -INFINITY, sum = 0;
-          for (int64_t t = 0; t < n; ++t) {
-            double dot = 0;
-            for (int c = 0; c < D; ++c) dot += double(qr[c].to_float()) * k[size_t(t) * D + c];
-            lg[size_t(t)] = dot * a.softmax_scale;
-            mx = std::max(mx, lg[size_t(t)]);
-          }
-          for (int64_t t = 0; t < n; ++t) sum += std::exp(lg[size_t(t)] - mx);
-          double sum_naive = 0;
-          for (int64_t t = 0; t < n; ++t) sum_naive += rt(std::exp(lg[size_t(t)] - mx));
-          for (int64_t t = 0; t < n; ++t)  // the dequantized one-hot row (exact zeros elsewhere)
-            for (int c = 0; c < D; ++c) {
-              o[c] += std::exp(lg[size_t(t)] - mx) / sum * val[size_t(t) * D + c];
-              on[c] += rt(std::exp(lg[size_t(t)] - mx)) * rt(val[size_t(t) * D + c]);
-            }
-          for (int c = 0; c < D; ++c) on[c] = rt(on[c] / sum_naive);
+          // val: the dequantized one-hot rows (exact zeros elsewhere)
+          attend_row(&q[(size_t(cu[size_t(b)] + j) * group + hq) * D], k, val, n, D, a.softmax_scale, o, on);
         }
       }
   }
@@ -555,11 +578,8 @@ void check_decode_isolation(uint64_t seed, Isolation kind, int max_q = 4) {
   const std::vector<T> got = run_decode<Cfg>(dev.view(host), d, plan, d_flags.get(), where);
   // Allowed per output: 1 % of the expected value + 0.2 % of the largest output + twice the
   // naive same-precision attention's largest error (the kernel rounds V and P to T as it does).
-  double mx = 0, e_naive = 0;
-  for (size_t x = 0; x < want.size(); ++x) {
-    mx = std::max(mx, std::fabs(want[x]));
-    e_naive = std::max(e_naive, std::fabs(naive[x] - want[x]));
-  }
+  const std::pair<double, double> scale = largest_output_and_naive_error(want, naive);
+  const double mx = scale.first, e_naive = scale.second;
   size_t bad = 0, first_bad = 0;
   for (size_t x = 0; x < want.size(); ++x)
     if (std::fabs(got[x].to_float() - want[x]) > 0.01 * std::fabs(want[x]) + 2e-3 * mx + 2 * e_naive && bad++ == 0)

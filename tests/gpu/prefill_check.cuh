@@ -409,33 +409,12 @@ void check_prefill_sink_isolation(uint64_t seed, int sinks, PrefillSinkIsolation
             }
           for (int c = 0; c < D; ++c) on[c] = rt(float(on[c]) / float(n));
         } else {
-          const T* qr = &q[(size_t(cu[size_t(b)] + j) * group + hq) * D];
-          std::vector<double> lg(static_cast<size_t>(n));
-          double mx = -INFINITY, sum = 0, sum_naive = 0;
-          for (int64_t t = 0; t < n; ++t) {
-            double dot = 0;
-            for (int c = 0; c < D; ++c) dot += double(qr[c].to_float()) * k[size_t(t) * D + c];
-            lg[size_t(t)] = dot * a.softmax_scale;
-            mx = std::max(mx, lg[size_t(t)]);
-          }
-          for (int64_t t = 0; t < n; ++t) {
-            sum += std::exp(lg[size_t(t)] - mx);
-            sum_naive += rt(std::exp(lg[size_t(t)] - mx));
-          }
-          for (int64_t t = 0; t < n; ++t)
-            for (int c = 0; c < D; ++c) {
-              o[c] += std::exp(lg[size_t(t)] - mx) / sum * val[size_t(t) * D + c];
-              on[c] += rt(std::exp(lg[size_t(t)] - mx)) * rt(val[size_t(t) * D + c]);
-            }
-          for (int c = 0; c < D; ++c) on[c] = rt(on[c] / sum_naive);
+          attend_row(&q[(size_t(cu[size_t(b)] + j) * group + hq) * D], k, val, n, D, a.softmax_scale, o, on);
         }
       }
   }
-  double mx = 0, e_naive = 0;
-  for (size_t x = 0; x < want.size(); ++x) {
-    mx = std::max(mx, std::fabs(want[x]));
-    e_naive = std::max(e_naive, std::fabs(naive[x] - want[x]));
-  }
+  const std::pair<double, double> scale = largest_output_and_naive_error(want, naive);
+  const double mx = scale.first, e_naive = scale.second;
   kvq::PrefillPlan plan;
   REQUIRE(plan_prefill_as_chosen<Cfg>(kvq::PrefillShape{batch, group, heads, residual, host.len[0] + 64, residual + P + 20, total},
                                       &plan) == kvq::Status::kSuccess);

@@ -84,6 +84,18 @@ KVQ_HD int64_t records_end(const SeqAttention& s) {
   return r < s.len ? r : s.len;
 }
 
+// Row of token j of one role when it is not read from a record: below sink_end (an attention
+// sink, j < sinks, below the sequence's prefix and the pool's cold length: pass min(cold, len)
+// where j may be a new token) the sink buffer's row (written when page 0 turned cold), else the
+// ring or fresh row (a sink of page 0 turning cold in this step, a hot or a new token;
+// source_row). token_ref, the decode tail kernel and prefill's SinkRows read sink tokens through it.
+template <class T>
+KVQ_HD const T* sink_row(const CacheView<T>& v, const T* sink, const T* ring, const T* fresh, const SeqAppend& p,
+                         int64_t sink_end, int64_t j, int h, int head_dim, int page) {
+  return j < sink_end ? sink + sink_offset(p.slot, int(j), h, v.sinks, v.num_kv_heads, head_dim)
+                      : source_row(v, ring, fresh, p, j, h, head_dim, page);
+}
+
 // Token t as the attention reads it: either a record (quantized) or raw rows.
 template <class T>
 struct TokenRef {
@@ -98,22 +110,18 @@ template <class T>
 KVQ_HD TokenRef<T> token_ref(const CacheView<T>& v, const AttentionBatch<T>& a, int b, int h, const SeqAttention& s,
                              int64_t t, int page, int head_dim, size_t record_bytes, const uint8_t* transition) {
   TokenRef<T> r{nullptr, int(t % page), nullptr, nullptr};
-  if (t < v.sinks && t < s.cold && t < s.len) {
-    r.k = v.sink_k + sink_offset(s.slot, int(t), h, v.sinks, v.num_kv_heads, head_dim);
-    r.v = v.sink_v + sink_offset(s.slot, int(t), h, v.sinks, v.num_kv_heads, head_dim);
-  } else if (t < v.sinks && t < s.target && t < s.len) {
-    const SeqAppend p = as_append(s);
-    r.k = source_row(v, v.hot_k, a.new_k, p, t, h, head_dim, page);
-    r.v = source_row(v, v.hot_v, a.new_v, p, t, h, head_dim, page);
-  } else if (t < s.cold && t < s.len) {
+  if (t >= v.sinks && t < s.cold && t < s.len) {
     const int32_t id = v.block_table[int64_t(b) * v.max_pages_per_seq + t / page];
     r.record = v.cold + record_offset(id, h, v.num_kv_heads, record_bytes);
-  } else if (t < s.target && t < s.len) {
+  } else if (t >= v.sinks && t < s.target && t < s.len) {
     r.record = transition + record_offset(t / page - s.cold / page, h, v.num_kv_heads, record_bytes);
   } else {
+    // A sink token or a hot / new token: only a sink token lies below min(cold, len) here (a new
+    // token may lie below cold when the step's append ran first).
     const SeqAppend p = as_append(s);
-    r.k = source_row(v, v.hot_k, a.new_k, p, t, h, head_dim, page);
-    r.v = source_row(v, v.hot_v, a.new_v, p, t, h, head_dim, page);
+    const int64_t sink_end = s.cold < s.len ? s.cold : s.len;
+    r.k = sink_row(v, v.sink_k, v.hot_k, a.new_k, p, sink_end, t, h, head_dim, page);
+    r.v = sink_row(v, v.sink_v, v.hot_v, a.new_v, p, sink_end, t, h, head_dim, page);
   }
   return r;
 }

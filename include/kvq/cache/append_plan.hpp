@@ -8,6 +8,7 @@
 
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
+#include "kvq/codec/codec.hpp"
 #include "kvq/core/batch_rows.hpp"
 #include "kvq/core/status.hpp"
 #include "kvq/quant/formats.hpp"
@@ -107,7 +108,7 @@ inline Status check_view(const CacheView<T>& v, int page) {
 // path).
 template <class Cfg, class T>
 inline Status check_sinks(const CacheView<T>& v) {
-  const bool unquantized = Cfg::k_quant::kind == QuantKind::kNone && Cfg::v_quant::kind == QuantKind::kNone;
+  const bool unquantized = !Codec<typename Cfg::k_quant>::quantized && !Codec<typename Cfg::v_quant>::quantized;
   return v.sinks > 0 && unquantized ? Status::kConfigMismatch : Status::kSuccess;
 }
 

@@ -34,6 +34,7 @@
 
 #include "kvq/attention/run_checks.hpp"
 #include "kvq/attention/token_source.hpp"
+#include "kvq/codec/codec.hpp"
 #include "kvq/kernels/transition.cuh"
 #include "kvq/decode/decode.hpp"
 #include "kvq/decode/merge_kernel.cuh"
@@ -160,7 +161,7 @@ Status decode(const CacheView<typename Cfg::dtype>& cache, const AttentionBatch<
     if (launched != Status::kSuccess) return launched;
     // A view with attention sinks takes the tail kernel that also attends them (tail_kernel.cuh);
     // the other is the one without that code ("none" configurations refuse sinks: run_checks.hpp).
-    constexpr bool sinks_possible = !(Cfg::k_quant::kind == QuantKind::kNone && Cfg::v_quant::kind == QuantKind::kNone);
+    constexpr bool sinks_possible = Codec<typename Cfg::k_quant>::quantized || Codec<typename Cfg::v_quant>::quantized;
     const auto tail_kernel = sinks_possible && cache.sinks > 0 ? detail::decode_tail_kernel<Cfg, sinks_possible>
                                                                : detail::decode_tail_kernel<Cfg, false>;
     if (plan.tail_ctas > 0) {  // beside the records kernel: its dependent launch (plan.hpp, tail_kernel.cuh)

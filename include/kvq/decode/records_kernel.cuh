@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
   // fp16 models, INT2/INT4 keys: Q'' = hi + lo (two fp16 parts; the key mma runs on both), so the
   // query operand carries no rounding beyond fp16's q (a single fp16 Q'' moves every logit of a key
   // group by the same per-channel relative error, which the naive fp16 attention does not have).
-  constexpr bool KSPLIT = Tile::k_asym && std::is_same_v<T, fp16>;
+  constexpr bool KSPLIT = Tile::K::group_scales && std::is_same_v<T, fp16>;
   uint32_t qb[NT][KS][2], qlo[NT][KSPLIT ? KS : 1][2];
   float bias[NT][2];
   if constexpr (Tile::k_scaled_query) {
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
       if (!(mx > 0.0f && mx < INFINITY)) ex = 0;
       const float up = ldexpf(1.0f, -ex);
       // qz in fragment order (L::qz_bytes): lane (r % 8, ii)'s quad kp = its pairs 4kp, 4kp+2, 4kp+1, 4kp+3.
-      if constexpr (Tile::k_asym)
+      if constexpr (Tile::K::group_scales)
         for (int x = lane; x < 4 * 2 * KS; x += 32) {
           const int ii = x / (2 * KS), j = x % (2 * KS), c = Tile::k_channel(ii, j), e = j % 4;
           qz[((r / 8) * 32 + (r % 8) * 4 + ii) * QZ + 4 * (j / 4) + 2 * (e & 1) + (e >> 1)] =
@@ -289,7 +289,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
   KVQ_UNROLL
   for (int nt = 0; nt < NT; ++nt) {
     bias[nt][0] = bias[nt][1] = 0.0f;
-    const float up = Tile::k_int8 ? 1.0f / row_down[nt * 8 + g] : 1.0f;  // row nt * 8 + g's 2^-e, exact
+    // Row nt * 8 + g's 2^-e, exact, where the query enters scaled but not per group (INT8 keys).
+    const float up = Tile::K::scaled_query && !Tile::K::group_scales ? 1.0f / row_down[nt * 8 + g] : 1.0f;
     KVQ_UNROLL
     for (int kk = 0; kk < KS; ++kk)
       KVQ_UNROLL
@@ -298,8 +299,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
         const float2 q2 = *reinterpret_cast<const float2*>(&qs[(nt * 8 + g) * D + c]);
         qb[nt][kk][hh] = pack2<KMma>(q2.x * up, q2.y * up);
       }
-    if constexpr (Tile::k_int8) {  // bias = (-128 2^-24) . q 2^-e: every token row of the mma the same
-      constexpr uint32_t c = kInt8SubnormalNegOffsetPair;
+    if constexpr (Tile::K::constant_offset) {  // bias = offset_pair . q 2^-e (INT8: -128 2^-24): every token row the same
+      constexpr uint32_t c = Tile::K::offset_pair;
       const uint32_t ka[4] = {c, c, c, c};
       float acc[4] = {};
       KVQ_UNROLL
@@ -340,7 +341,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
   // softcap) or y = x (softcap) and its running max m in y's units: p = exp2(y ps - m ps) with
   // ps = pre or 1, one fma a logit (ps > 0, so the max of y is the max of x). The softcap path reads
   // 2^e from shared memory where it needs it, so the loop holds one factor a row.
-  const float unit = Tile::k_int8 ? kInt8SubnormalUnit : 1.0f;
+  const float unit = Tile::K::unit;
   const bool capped = a.softcap > 0.0f;
   const float cap_log2 = a.softcap * 1.4426950408889634f, cap_pre = capped ? unit * a.softmax_scale / a.softcap : 0.0f;
   auto row_unscale = [&](int nt, int hh) { return Tile::k_scaled_query ? row_down[nt * 8 + 2 * i + hh] : 1.0f; };
@@ -419,12 +420,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
     for (int nt = 0; nt < NT; ++nt)
       KVQ_UNROLL
       for (int c = 0; c < 4; ++c) sacc[nt][c] += sacc2[nt][c];
-    if constexpr (Tile::k_int8) {
-      const float* ks = reinterpret_cast<const float*>(tile + Tile::kp);
-      const float s0 = ks[g], s1 = ks[g + 8];
-      KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt) sacc[nt][0] *= s0, sacc[nt][1] *= s0, sacc[nt][2] *= s1, sacc[nt][3] *= s1;
-    }
+    if constexpr (Tile::K::token_scales) Tile::K::scale_logits(tile + Tile::kp, g, sacc);
   };
 
   // O^T += V_tile^T . P^T for one tile (pb: P^T as B, fp16 for blocked values).
@@ -489,7 +485,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
       const uint8_t* tile = ring + (t + w) * Tile::bytes;
       const int tip = tile_in_page(mm, t + w);
       rel0[w] = 4 * P * ((mm * U + t + w) / TPP) + 16 * tip;
-      if constexpr (Tile::k_asym)
+      if constexpr (Tile::K::group_scales)
         if (16 * tip % Tile::KQ::group == 0) group_bias(tile);
       tile_logits(tile, sacc[w]);
     }
@@ -516,29 +512,30 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, NT == 1 ? Policy::kMinCtas 
             KVQ_UNROLL
             for (int u = 0; u < 2; ++u) y[nt][w][u][hh] = cap_log2 * tanhf(y[nt][w][u][hh] * (row_unscale(nt, hh) * cap_pre));
     }
+    // Masks the logits of the step's tokens rel0[w] + g + 8u for which masked(token) holds.
+    const auto mask_tokens = [&](auto masked) {
+      KVQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
+        KVQ_UNROLL
+        for (int w = 0; w < W; ++w)
+          KVQ_UNROLL
+          for (int u = 0; u < 2; ++u)
+            if (masked(rel0[w] + g + 8 * u)) y[nt][w][u][0] = y[nt][w][u][1] = -INFINITY;
+    };
     // Tokens past rel_end (only in the warp's last tile, and only where records_end is not a
-    // multiple of 16: R below q_len) are masked in a warp-uniform branch.
+    // multiple of 16: R below q_len) and the sink tokens below sink_lim are masked, each in a
+    // warp-uniform branch. The two stay two branches: one branch testing both (one masked loop)
+    // changed the scheduling of the whole 8-row loop and added 3 instructions to one of its
+    // paths (sm_90a SASS), with no GPU run to judge it.
     if (rel0[W - 1] + 16 > rel_end) {
       // Pins this as a branch (ptxas 13.0 keeps it one anyway): if-converted, its selects
       // would run every step.
       asm volatile("");
-      KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
-        KVQ_UNROLL
-        for (int w = 0; w < W; ++w)
-          KVQ_UNROLL
-          for (int u = 0; u < 2; ++u)
-            if (rel0[w] + g + 8 * u >= rel_end) y[nt][w][u][0] = y[nt][w][u][1] = -INFINITY;
+      mask_tokens([&](int tok) { return tok >= rel_end; });
     }
     if (sink_lim > 0) {
       asm volatile("");
-      KVQ_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
-        KVQ_UNROLL
-        for (int w = 0; w < W; ++w)
-          KVQ_UNROLL
-          for (int u = 0; u < 2; ++u)
-            if (rel0[w] + g + 8 * u < sink_lim) y[nt][w][u][0] = y[nt][w][u][1] = -INFINITY;
+      mask_tokens([&](int tok) { return tok < sink_lim; });
     }
     KVQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)

@@ -23,6 +23,7 @@
 
 #include "kvq/attention/pages_valid.cuh"
 #include "kvq/attention/token_source.hpp"
+#include "kvq/codec/codec.hpp"
 #include "kvq/core/dependent_launch.cuh"
 #include "kvq/decode/plan.hpp"
 #include "kvq/decode/workspace.cuh"
@@ -35,7 +36,7 @@ namespace detail {
 // Whether decode sends plans of more than 16 rows a KV head to this kernel (decode_rows_per_cta).
 template <class Cfg>
 constexpr bool has_many_rows_kernel() {
-  return Cfg::k_quant::kind == QuantKind::kNone && Cfg::v_quant::kind == QuantKind::kNone;
+  return !Codec<typename Cfg::k_quant>::quantized && !Codec<typename Cfg::v_quant>::quantized;
 }
 
 // The rows a split CTA of configuration Cfg carries for a plan of `shape` (what plan_decode<Cfg>

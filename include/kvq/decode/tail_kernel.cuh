@@ -125,18 +125,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, Cfg::head_dim <= 128 ? 4 : 
       if (ns > 0 && warp == int(chunks % kDecodeWarps))
         first_chunk = sink_start = first_chunk - int64_t(kDecodeTailChunk) * kDecodeWarps;
     }
-    const auto sink_row = [&](const T* sink, const T* ring, const T* fresh, int64_t t) {
-      const int j = t - sink_start < ns ? int(t - sink_start) : 0;
-      return j < s.cold ? sink + sink_offset(s.slot, j, h, v.sinks, v.num_kv_heads, D) : source_row(v, ring, fresh, ap, j, h, D, P);
-    };
+    const auto sink_j = [&](int64_t t) { return t - sink_start < ns ? int(t - sink_start) : 0; };
     const auto row_k = [&](int64_t t) {
       if constexpr (kSinks)
-        if (t < first_t) return sink_row(v.sink_k, v.hot_k, a.new_k, t);
+        if (t < first_t) return sink_row(v, v.sink_k, v.hot_k, a.new_k, ap, s.cold, sink_j(t), h, D, P);
       return source_row(v, v.hot_k, a.new_k, ap, t < item_end ? t : first_t, h, D, P);
     };
     const auto row_v = [&](int64_t t) {
       if constexpr (kSinks)
-        if (t < first_t) return sink_row(v.sink_v, v.hot_v, a.new_v, t);
+        if (t < first_t) return sink_row(v, v.sink_v, v.hot_v, a.new_v, ap, s.cold, sink_j(t), h, D, P);
       return source_row(v, v.hot_v, a.new_v, ap, t < item_end ? t : first_t, h, D, P);
     };
     for (int64_t start = first_chunk; start < item_end; start += int64_t(kDecodeTailChunk) * kDecodeWarps) {

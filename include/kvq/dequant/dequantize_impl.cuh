@@ -48,15 +48,15 @@ KVQ_DEVICE uint4 pack_chunk(const float (&f)[kDequantChunk]) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// The same for 8 values an INT2/INT4 decode produced (fma of an integer code with an fp16 scale
-// and zero point): such a value is 0 or at least 2^-24 in magnitude, never an fp32 subnormal, and
-// a NaN among them is the canonical one the fma returns, so for bf16 the hardware's
+// The same for 8 values format Q's codec decoded: where the codec says its values convert exactly
+// (Codec<Q>::bf16_pair_exact: never fp32 subnormals, a NaN only the canonical one, within range;
+// INT2/INT4's fma of an integer code with an fp16 scale and zero point), for bf16 the hardware's
 // round-to-nearest-even pair conversion (one instruction a pair) gives exactly from_float's bits.
 // No saturation is needed: the encoder keeps scales and zero points finite fp16 (inputs beyond
 // the fp16 range are clamped, quant/scalar.hpp), so |code * scale + zero| < 16 * 65504 + 65504.
 template <class T, class Q>
 KVQ_DEVICE uint4 pack_decoded_chunk(const float (&f)[kDequantChunk]) {
-  if constexpr (std::is_same_v<T, bf16> && Q::kind == QuantKind::kAsym) {
+  if constexpr (std::is_same_v<T, bf16> && Codec<Q>::bf16_pair_exact) {
     uint32_t w[kDequantChunk / 2];
     KVQ_UNROLL
     for (int e = 0; e < kDequantChunk; e += 2) {

@@ -217,10 +217,8 @@ struct SinkRows {
       if (idx >= unsigned(2 * CH * rows)) break;
       const int r = int(idx / unsigned(2 * CH)), c = int(idx % unsigned(CH));
       const bool is_v = (idx / unsigned(CH)) & 1u;
-      const T* row = r < src.cold ? (is_v ? src.v.sink_v : src.v.sink_k) +
-                                        sink_offset(src.seq.slot, r, src.h, src.v.sinks, src.v.num_kv_heads, D)
-                                  : source_row(src.v, is_v ? src.v.hot_v : src.v.hot_k, is_v ? src.new_v : src.new_k, src.seq,
-                                               r, src.h, D, Cfg::page);
+      const T* row = sink_row(src.v, is_v ? src.v.sink_v : src.v.sink_k, is_v ? src.v.hot_v : src.v.hot_k,
+                              is_v ? src.new_v : src.new_k, src.seq, src.cold, r, src.h, D, Cfg::page);
       x[i] = *reinterpret_cast<const uint4*>(row + 8 * c);
     }
   }

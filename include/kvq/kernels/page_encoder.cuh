@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "kvq/cache/append_plan.hpp"
-#include "kvq/quant/section_codec.hpp"
+#include "kvq/codec/section_codec.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {

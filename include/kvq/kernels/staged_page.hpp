@@ -17,9 +17,10 @@
 #include <cstdint>
 
 #include "kvq/cache/config.hpp"
-#include "kvq/quant/record_layout.hpp"
+#include "kvq/codec/codec.hpp"
 #include "kvq/core/platform.hpp"
 #include "kvq/quant/formats.hpp"
+#include "kvq/quant/record_layout.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
@@ -28,22 +29,25 @@ template <class Cfg, int BN_>
 struct StagedPage {
   using KQ = typename Cfg::k_quant;
   using VQ = typename Cfg::v_quant;
+  using KC = Codec<KQ>;  // the formats' codecs (codec/codec.hpp): which parameters a staged page holds
+  using VC = Codec<VQ>;
   static constexpr int D = Cfg::head_dim, P = Cfg::page;
   static constexpr int BN = BN_;                 // tokens per tile
   static constexpr int SP = P < BN ? P : BN;     // tokens per staged page
   static constexpr int staged_pages = BN / SP;   // staged pages per tile
-  static constexpr bool k_staged = KQ::kind != QuantKind::kNone;
-  static constexpr bool v_staged = VQ::kind != QuantKind::kNone;
+  static constexpr bool k_staged = KC::quantized;
+  static constexpr bool v_staged = VC::quantized;
 
   // Section sizes of a record of page SP (record_layout.hpp), except that keys keep one whole
   // group's parameters when the key group is longer than SP. "none" roles are not staged.
   static constexpr size_t kc_bytes = k_staged ? section_codes_bytes(KQ::desc, D, SP) : 0;
-  static constexpr size_t kp_bytes =
-      KQ::kind == QuantKind::kNone || KQ::kind == QuantKind::kInt8 || SP >= KQ::group
-          ? section_params_bytes(KQ::desc, Role::kKey, D, SP)
-          : section_params_bytes(KQ::desc, Role::kKey, D, KQ::group);
+  // Parameter runs of the first staged page (the codec's param_run of tokens [0, SP)).
+  static constexpr ParamRun kp_run = KC::template param_run<Role::kKey, D, P>(0, 0, SP);
+  static constexpr ParamRun vp_run0 = VC::template param_run<Role::kValue, D, P>(0, 0, SP);
+  static constexpr ParamRun vp_run1 = VC::template param_run<Role::kValue, D, P>(1, 0, SP);
+  static constexpr size_t kp_bytes = kp_run.bytes;
   static constexpr size_t vc_bytes = v_staged ? section_codes_bytes(VQ::desc, D, SP) : 0;
-  static constexpr size_t vp_bytes = section_params_bytes(VQ::desc, Role::kValue, D, SP);
+  static constexpr size_t vp_bytes = vp_run0.bytes + vp_run1.bytes;
   static constexpr size_t kc = 0, kp = kc_bytes, vc = kp + kp_bytes, vp = vc + vc_bytes, page_bytes = vp + vp_bytes;
   static_assert(kc_bytes % 16 == 0 && kp_bytes % 16 == 0 && vc_bytes % 16 == 0 && vp_bytes % 16 == 0,
                 "staged sections are whole 16-byte chunks");
@@ -81,18 +85,13 @@ struct StagedPage {
   KVQ_HD static StagedRun staged_run(int i, int off) {
     constexpr RecordOffsets o = Cfg::record;
     if (i == 0) return StagedRun{o.k_codes + size_t(off) * D * KQ::bits / 8, kc, kc_bytes};
-    if (i == 1) {
-      if constexpr (KQ::kind == QuantKind::kAsym) return StagedRun{o.k_params + size_t(off / KQ::group) * D * 4, kp, kp_bytes};
-      else return StagedRun{o.k_params + size_t(off) * 4, kp, kp_bytes};
-    }
+    if (i == 1) return StagedRun{o.k_params + KC::template param_run<Role::kKey, D, P>(0, off, SP).src, kp, kp_bytes};
     if (i == 2) return StagedRun{o.v_codes + size_t(off) * D * VQ::bits / 8, vc, vc_bytes};
-    if constexpr (VQ::kind == QuantKind::kAsym) {
-      constexpr size_t groups = D / VQ::group, half = size_t(SP) * groups * 2;
-      return i == 3 ? StagedRun{o.v_params + size_t(off) * groups * 2, vp, half}
-                    : StagedRun{o.v_params + size_t(P) * groups * 2 + size_t(off) * groups * 2, vp + half, half};
-    } else {
-      return i == 3 ? StagedRun{o.v_params + size_t(off) * 4, vp, vp_bytes} : StagedRun{0, page_bytes, 0};
-    }
+    if (i == 3) return StagedRun{o.v_params + VC::template param_run<Role::kValue, D, P>(0, off, SP).src, vp, vp_run0.bytes};
+    if constexpr (vp_run1.bytes > 0)
+      return StagedRun{o.v_params + VC::template param_run<Role::kValue, D, P>(1, off, SP).src, vp + vp_run0.bytes, vp_run1.bytes};
+    else
+      return StagedRun{0, page_bytes, 0};
   }
   // Source of byte `at` of the staged page whose first token is `off` tokens into `record`.
   KVQ_HD static const uint8_t* staged_source(const uint8_t* record, int off, size_t at) {

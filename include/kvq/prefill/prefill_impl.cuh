@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "kvq/attention/run_checks.hpp"
+#include "kvq/codec/codec.hpp"
 #include "kvq/kernels/transition.cuh"
 #include "kvq/core/launch.cuh"
 #include "kvq/prefill/prefill.hpp"
@@ -80,7 +81,7 @@ struct PrefillChoice {
 
 template <class Cfg>
 Status plan_prefill_with(const PrefillShape& shape, PrefillPlan* plan, PrefillChoice choice) {
-  constexpr bool quantized = Cfg::k_quant::kind != QuantKind::kNone || Cfg::v_quant::kind != QuantKind::kNone;
+  constexpr bool quantized = Codec<typename Cfg::k_quant>::quantized || Codec<typename Cfg::v_quant>::quantized;
   PrefillKernel kernel = choice.kernel;
   int rows_per_cta = choice.rows_per_cta;
   const int tile_tokens = choice.tile_tokens;

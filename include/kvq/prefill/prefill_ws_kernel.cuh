@@ -37,6 +37,7 @@
 
 #include "kvq/attention/pages_valid.cuh"
 #include "kvq/attention/token_source.hpp"
+#include "kvq/codec/codec.hpp"
 #include "kvq/numeric/mbarrier.cuh"
 #include "kvq/numeric/cluster.cuh"
 #include "kvq/numeric/wgmma.cuh"
@@ -65,7 +66,7 @@ constexpr int kPrefillWsTile = 64;      // K/V tokens per tile of the quantized 
 // rows, 64 KB a stage, leave room for three stages), else 64.
 template <class Cfg>
 KVQ_HD_CONSTEXPR int prefill_ws_tile() {
-  return Cfg::k_quant::kind == QuantKind::kNone && Cfg::v_quant::kind == QuantKind::kNone ? 128 : kPrefillWsTile;
+  return !Codec<typename Cfg::k_quant>::quantized && !Codec<typename Cfg::v_quant>::quantized ? 128 : kPrefillWsTile;
 }
 
 // Stages: as many as fit in the 227 KB of shared memory a CTA may have on sm_90, the kernel's only

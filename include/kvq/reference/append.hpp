@@ -12,7 +12,7 @@
 #include "kvq/cache/append_plan.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/core/status.hpp"
-#include "kvq/quant/section_codec.hpp"
+#include "kvq/codec/section_codec.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace reference {
