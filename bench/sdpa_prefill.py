@@ -10,7 +10,7 @@ with an explicit mask, or the prefix part + the chunk's causal square merged by 
 their reason). CUDA events, L2 flushed before each timed call, 3 warm-ups, median of --reps.
 FLOPs as kvq counts them (bench/prefill_bench.cuh): 4 chunk prefix D Hq + 2 chunk^2 D Hq.
 
-usage: python3 bench/sdpa_prefill.py [--csv OUT] [--shapes 8192x122880,2048x30720] [--reps 10]
+usage: python3 bench/sdpa_prefill.py [--csv OUT] [--shapes 8192x122880,2048x30720] [--reps 10] [--only cudnn+split+gqa,...]
                                      [--budget-s S] [--commit C] [--no-flex] [--smoke]
 --csv: one row per verified candidate, in bench/results/prefill.csv's columns (kernel "sdpa",
 backend = the candidate's name, e.g. cudnn+split+gqa); bench/prefill_csv.py --sdpa puts the
@@ -51,6 +51,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=0.0)
     ap.add_argument("--commit", default="")
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--only", default="", help="backend+formulation+gqa,... : time only these candidates "
+                    "(e.g. the fastest of an earlier full run, beside kvq in the same device call)")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
     t_start = time.monotonic()
@@ -80,7 +82,8 @@ def main():
             rows.append(["sdpa", "bf16", D, "", HQ, HK, 1, chunk, prefix, f"{t:.2f}", f"{tf:.1f}", "", gpu, commit,
                          date, nm, command])
         results, skipped = forms.time_all(
-            pb, forms.candidates(chunk, prefix, flex=not args.no_flex),
+            pb, [c for c in forms.candidates(chunk, prefix, flex=not args.no_flex)
+                 if not args.only or "+".join(c) in args.only.split(",")],
             lambda: forms.Problem(1, HQ, HK, D, small[0], small_p, dev, split_views=False, seed=1), (small[0], small_p),
             checked, flush, args.reps, deadline, log, on_result)
         for nm, why in skipped:
