@@ -279,7 +279,7 @@ TEST_CASE("a request leaving mid-batch frees its slot and pages; the others are 
   CHECK(why.find("shutting down") != std::string::npos);
 }
 
-TEST_CASE("fixed-seed sampling gives the same tokens alone and batched; seeds differ") {
+TEST_CASE("fixed-seed sampling gives the same tokens alone and batched and differs between seeds") {
   const EngineConfig c = small_config();
   std::vector<RequestSpec> reqs;
   for (int i = 0; i < 4; ++i) reqs.push_back(request(9 + 5 * i, 15, 1, 0.9f, 1234 + uint64_t(i)));
