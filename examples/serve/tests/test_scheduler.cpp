@@ -225,7 +225,7 @@ TEST_CASE("a request waits while the pages are short and is admitted when they c
   CHECK(why.find("empty") != std::string::npos);
 }
 
-TEST_CASE("hot-window slots bound the running sequences; a later request takes a freed slot") {
+TEST_CASE("hot-window slots bound the running sequences and a later request takes a freed slot") {
   EngineConfig c = small_config();
   c.max_batch = 2;
   c.token_budget = 64;

@@ -35,6 +35,10 @@ CacheView<T> typed_view(const CacheView<void>& c) {
   v.block_table = c.block_table;
   v.max_pages_per_seq = c.max_pages_per_seq;
   v.hot_slot = c.hot_slot;
+  v.sink_k = static_cast<T*>(c.sink_k);
+  v.sink_v = static_cast<T*>(c.sink_v);
+  v.sinks = c.sinks;
+  v.key_clip = c.key_clip;
   return v;
 }
 
