@@ -13,7 +13,8 @@
 # Knobs (environment): FORMATS ("none int8 int4 k4v2 int2"), CONCURRENCY (96), REQUESTS (384),
 # DURATION (seconds of load per format, 35), KV_MIB (KV-cache memory, 4096: the same for every
 # format, so the formats differ in how many sequences fit), MAX_BATCH (128), PROMPT_LENS
-# ("1024,2048,3072,4096"), MAX_TOKENS (128), BUILD (build-serve), ARCH (90a-real).
+# ("1024,2048,3072,4096"), MAX_TOKENS (128), BUILD (build-serve), ARCH (90a-real), SERVE_BIN (a
+# kvq_serve built beforehand for this commit: skips the build).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/serve-bench-out}
@@ -56,13 +57,17 @@ if [ ! -f /usr/include/httplib.h ] || [ ! -f /usr/include/nlohmann/json.hpp ] ||
 fi
 
 # ---- build ---------------------------------------------------------------------------------------
+serve=${SERVE_BIN:-$BUILD/examples/serve/kvq_serve}
+if [ -n "${SERVE_BIN:-}" ]; then
+  log "using $SERVE_BIN (no build)"
+else
 log "build ($BUILD, CUDA architectures $ARCH)"
 timeout 60 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVQ_BUILD_TESTS=OFF -DKVQ_BUILD_EXAMPLES=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$ARCH" "${prefix_args[@]}" > "$OUT/build.log" 2>&1 || { log "configure failed"; tail -20 "$OUT/build.log"; exit 1; }
 timeout 330 cmake --build "$BUILD" --target kvq_serve -j "$(nproc)" >> "$OUT/build.log" 2>&1 || { log "build failed"; tail -30 "$OUT/build.log"; exit 1; }
-serve=$BUILD/examples/serve/kvq_serve
+fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 log "built in $(( $(date +%s) - t_start )) s; GPU: ${gpu:-none}; commit $commit"
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 
