@@ -34,7 +34,7 @@ struct CapacityPlan {
   int64_t num_pages = 0;            // cold pages of the pool
   int64_t tokens_per_seq = 0;       // kvq::tokens_that_fit(budget, max_batch)
   int64_t bf16_tokens_per_seq = 0;  // the same budget as a dense bf16 cache
-  int64_t max_seq_len = 0;          // min(the model's context, the request maximum, tokens_per_seq)
+  int64_t max_seq_len = 0;          // min(the model's context, the request maximum, what the whole pool holds)
   std::string summary;              // the start-up line
 };
 // Throws smollm2::Error when not even the hot windows of max_batch sequences fit.

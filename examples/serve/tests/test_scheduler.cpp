@@ -373,3 +373,35 @@ TEST_CASE("sample_token: greedy, top-p and temperature") {
   serve::Rng a(99), b(99);
   for (int i = 0; i < 10; ++i) CHECK(a.uniform() == b.uniform());
 }
+
+#include "backend.hpp"
+
+TEST_CASE("capacity plan: the formats' pages, tokens per sequence against bf16, the longest request") {
+  smollm2::LlamaConfig m;  // SmolLM2-135M's cache shape
+  m.n_layer = 30;
+  m.n_kv_head = 3;
+  m.head_dim = 64;
+  m.context = 8192;
+  const uint64_t budget = 256ull << 20;
+  const serve::CapacityPlan none = serve::plan_capacity(m, serve::choose_format("none"), budget, 8, 100000);
+  const serve::CapacityPlan int2 = serve::plan_capacity(m, serve::choose_format("int2"), budget, 8, 100000);
+  const kvq::ModelShape shape{30, 3, 64};
+  // The pool is what is left after the hot windows, in whole pages of each format.
+  const uint64_t hot2 = 8 * kvq::hot_bytes_per_sequence(shape, kvq::recommended_int2());
+  CHECK(int2.num_pages == int64_t((budget - hot2) / kvq::page_bytes(shape, kvq::recommended_int2())));
+  CHECK(int2.tokens_per_seq == kvq::tokens_that_fit(budget, 8, shape, kvq::recommended_int2()));
+  // bf16 comparison: the same budget as a dense cache, the same for every format.
+  CHECK(none.bf16_tokens_per_seq == int2.bf16_tokens_per_seq);
+  CHECK(none.bf16_tokens_per_seq == int64_t(double(budget) / 8 / kvq::bytes_per_token_dense(shape)));
+  // INT2 holds about 5x the tokens of "none" (3 bits against 16 an element, hot windows aside).
+  CHECK(int2.num_pages > 5 * none.num_pages);
+  CHECK(int2.tokens_per_seq > 4 * none.tokens_per_seq);
+  // A request may use the whole pool (capped by the model's context).
+  CHECK(none.max_seq_len == std::min<int64_t>(8192, none.num_pages * 64 + 128 + 63));
+  CHECK(int2.max_seq_len == 8192);
+  CHECK(none.summary.find("bf16 would allow") != std::string::npos);
+  // Not even the hot windows fit: refused with the reason.
+  CHECK_THROWS_WITH_AS(serve::plan_capacity(m, serve::choose_format("int2"), 1 << 20, 8, 2048),
+                       doctest::Contains("hot windows"), smollm2::Error);
+  CHECK_THROWS_WITH_AS(serve::choose_format("int3"), doctest::Contains("unknown KV format"), smollm2::Error);
+}
