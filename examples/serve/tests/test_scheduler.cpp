@@ -245,7 +245,7 @@ TEST_CASE("hot-window slots bound the running sequences and a later request take
   CHECK(h.results[2].tokens == alone(c, request(8, 5, 3)));
 }
 
-TEST_CASE("a request leaving mid-batch frees its slot and pages; the others are unaffected") {
+TEST_CASE("a request leaving mid-batch frees its slot and pages and the others are unaffected") {
   EngineConfig c = small_config();
   Harness h(c);
   const std::vector<RequestSpec> reqs = {request(30, 40, 1), request(20, 40, 2), request(12, 40, 3)};
