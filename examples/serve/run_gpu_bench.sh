@@ -11,10 +11,11 @@
 # (stage.sh copies them there; they are unpacked under /tmp, nothing is installed).
 #
 # Knobs (environment): FORMATS ("none int8 int4 k4v2 int2"), CONCURRENCY (96), REQUESTS (384),
-# DURATION (seconds of load per format, 35), KV_MIB (KV-cache memory, 4096: the same for every
+# DURATION (seconds of load per format, 25), KV_MIB (KV-cache memory, 4096: the same for every
 # format, so the formats differ in how many sequences fit), MAX_BATCH (128), PROMPT_LENS
 # ("1024,2048,3072,4096"), MAX_TOKENS (128), BUILD (build-serve), ARCH (90a-real), SERVE_BIN (a
-# kvq_serve built beforehand for this commit: skips the build).
+# kvq_serve built beforehand for this commit: skips the build), BUILD_ONLY=1 (stop after the build:
+# the model is not needed for it, so it can run in a device call of its own).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/serve-bench-out}
@@ -22,7 +23,7 @@ mkdir -p "$OUT"
 FORMATS=${FORMATS:-none int8 int4 k4v2 int2}
 CONCURRENCY=${CONCURRENCY:-96}
 REQUESTS=${REQUESTS:-384}
-DURATION=${DURATION:-35}
+DURATION=${DURATION:-25}
 KV_MIB=${KV_MIB:-4096}
 MAX_BATCH=${MAX_BATCH:-128}
 PROMPT_LENS=${PROMPT_LENS:-1024,2048,3072,4096}
@@ -31,18 +32,6 @@ BUILD=${BUILD:-build-serve}
 ARCH=${ARCH:-90a-real}
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/run.log"; }
 t_start=$(date +%s)
-
-# ---- the model -----------------------------------------------------------------------------------
-sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-model=${SMOLLM2_GGUF:-}
-if [ -z "$model" ]; then
-  parts=.device/serve/SmolLM2-135M-Instruct.Q4_1.gguf.part
-  [ -s ${parts}-aa ] && [ -s ${parts}-ab ] || { log "no model: set SMOLLM2_GGUF or carry ${parts}-aa and -ab"; exit 2; }
-  model=/tmp/serve-bench-model.gguf
-  cat ${parts}-aa ${parts}-ab > $model
-fi
-[ "$(sha256sum "$model" | cut -d' ' -f1)" = "$sha" ] || { log "model $model: SHA-256 mismatch"; exit 2; }
-log "model $model"
 
 # ---- HTTP / JSON / CLI libraries ---------------------------------------------------------------
 prefix_args=()
@@ -70,6 +59,20 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
 commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 log "built in $(( $(date +%s) - t_start )) s; GPU: ${gpu:-none}; commit $commit"
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+
+if [ -n "${BUILD_ONLY:-}" ]; then log "BUILD_ONLY: done"; exit 0; fi
+
+# ---- the model -----------------------------------------------------------------------------------
+sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+model=${SMOLLM2_GGUF:-}
+if [ -z "$model" ]; then
+  parts=.device/serve/SmolLM2-135M-Instruct.Q4_1.gguf.part
+  [ -s ${parts}-aa ] && [ -s ${parts}-ab ] || { log "no model: set SMOLLM2_GGUF or carry ${parts}-aa and -ab"; exit 2; }
+  model=/tmp/serve-bench-model.gguf
+  cat ${parts}-aa ${parts}-ab > $model
+fi
+[ "$(sha256sum "$model" | cut -d' ' -f1)" = "$sha" ] || { log "model $model: SHA-256 mismatch"; exit 2; }
+log "model $model"
 
 # ---- greedy agreement: GPU vs CPU backend, same engine --------------------------------------------
 for dev in gpu cpu; do
