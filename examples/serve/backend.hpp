@@ -15,8 +15,8 @@
 
 namespace serve {
 
-// A KV format by name: int2 | int4 | k4v2 (kvq::recommended_*(): rotation, 4 sinks, MSE key
-// clipping; page 64, R 128, groups of 32), int8 | none (page 64, R 128, no options). Throws
+// A KV format by name: int2 | int4 | k4v2 (kvq::recommended_*(): rotation and 4 sinks;
+// page 64, R 128, groups of 32), int8 | none (page 64, R 128, no options). Throws
 // smollm2::Error for another name.
 struct FormatChoice {
   std::string name;
@@ -26,7 +26,7 @@ struct FormatChoice {
 FormatChoice choose_format(const std::string& name);
 // KVQ_KV_FORMAT, or `fallback` when unset.
 std::string format_from_env(const std::string& fallback);
-std::string describe(const FormatChoice& f);  // e.g. "int2 (rotation, 4 sinks, MSE key clipping), page 64, R 128"
+std::string describe(const FormatChoice& f);  // e.g. "int2 (rotation, 4 sinks), page 64, R 128"
 
 struct CapacityPlan {
   uint64_t budget_bytes = 0;
