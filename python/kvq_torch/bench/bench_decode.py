@@ -3,6 +3,12 @@
 K/V (and FlashInfer's paged decode when it is importable), on the decode grid of
 bench/decode_bench.cuh: bf16, head dim 128, 32 query / 8 KV heads, page 64, R 128, one new token.
 
+The cell is the C++ benchmark's (bench/decode_bench.cuh, DecodeCase::run): BATCHxTOKENS means
+`batch` sequences of `tokens` = context tokens after the step, i.e. a prefix of tokens - 1 in the
+cache and one new token; the plan is kvq::plan_decode's for exactly that shape (batch, q_len 1,
+total_q = batch, max_tokens = context) and the decode runs with the cold length after the step's
+append (as the C++ benchmark does: no page turns cold inside the timed call). Both plans (the
+package's and the one the C++ benchmark's DecodeShape gives) are printed: split and kernel.
 Timing as the C++ benchmark times it: CUDA events around one call after an L2 flush, median of
 --iters. Two kvq numbers: `eager` (the op called from Python, dispatcher and checks included:
 what an engine pays) and `graph` (the same call replayed from a CUDA graph: the kernels alone).
@@ -92,17 +98,28 @@ def main():
             if key not in kvq_torch.compiled_configs():
                 print("%s: not compiled, skipped" % key)
                 continue
+            R, P = 128, 64
             cache = kvq_torch.Cache(layers=1, kv_heads=8, head_dim=128, num_q_heads=32,
-                                    format=kvq_torch.CacheFormat(k, v, page=64, residual=128), max_seqs=batch,
-                                    max_seq_len=tokens + 1, device="cuda", max_step_tokens=16384 * batch)
+                                    format=kvq_torch.CacheFormat(k, v, page=P, residual=R), max_seqs=batch,
+                                    max_seq_len=tokens, device="cuda", max_step_tokens=16384 * batch)
             seqs = [cache.new_sequence() for _ in range(batch)]
-            fill(cache, seqs, tokens)
+            fill(cache, seqs, tokens - 1)  # decode_bench.cuh: len = context - q_len
             step = cache.begin(seqs, [1] * batch)
+            # The C++ benchmark's decode: cold length after the step's append (kvq::cold_after).
+            cold_after_step = torch.tensor([kvq_torch.cold_after(l + 1, c, R, P) for l, c in
+                                            zip(step.host_len, step.host_cold)], dtype=torch.int32, device="cuda")
+            cxx_plan = kvq_torch.ops.plan_decode(key, batch, 32, 8, R, tokens, 1, batch, torch.device("cuda"))
+            mine, theirs = kvq_torch.ops.decode_plan_info(step.plan), kvq_torch.ops.decode_plan_info(cxx_plan)
+            show = ("batch", "max_tokens", "max_q_len", "total_q", "num_sms", "rows_per_cta", "split_tokens",
+                    "max_splits", "tail_slots", "tail_span", "tail_ctas", "dependent_launches")
+            print("  plan %s %dx%d: package %s" % (name, batch, tokens, {f: mine[f] for f in show}))
+            print("  plan %s %dx%d: C++     %s%s" % (name, batch, tokens, {f: theirs[f] for f in show},
+                  "" if all(mine[f] == theirs[f] for f in show) else "  ** plans differ"))
             q = torch.randn(batch, 32, 128, device="cuda", dtype=torch.bfloat16)
             nk = torch.randn(batch, 8, 128, device="cuda", dtype=torch.bfloat16)
             out = torch.empty_like(q)
             args = (cache.config, step.plan, cache.cold[0], cache.hot_k[0], cache.hot_v[0], None, None, 0,
-                    step.block_table, step.hot_slot, step.seq_len, step.seq_cold, step.cu_q, q, nk, nk,
+                    step.block_table, step.hot_slot, step.seq_len, cold_after_step, step.cu_q, q, nk, nk,
                     1 / math.sqrt(128), 0.0, cache.workspace, out, cache.flags)
             op = torch.ops.kvq.decode
             for _ in range(3):
@@ -117,12 +134,15 @@ def main():
             with torch.cuda.graph(g):
                 op(*args)
             graph = timed(g.replay, a.iters, flush)
-            cache.check_flags()
+            try:
+                cache.check_flags()
+            except kvq_torch.KvqError as e:
+                print("  ** %s" % e)
             del cache
             if sdpa_us is None:
                 try:
                     qd = q.view(batch, 32, 1, 128)
-                    kd = torch.randn(batch, 8, tokens + 1, 128, device="cuda", dtype=torch.bfloat16)
+                    kd = torch.randn(batch, 8, tokens, 128, device="cuda", dtype=torch.bfloat16)
                     f = lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, kd, enable_gqa=True)
                     f()
                     sdpa_us = timed(f, a.iters, flush)
@@ -135,7 +155,10 @@ def main():
             print("%-5s %6d %8d %12.1f %12.1f %12s %12.1f %8.1f%%" % (name, batch, tokens, eager, graph,
                                                                      "%.1f" % cxx if cxx else "-", sdpa_us, over))
             rows.append(dict(format=name, batch=batch, tokens=tokens, eager_us=round(eager, 2), graph_us=round(graph, 2),
-                             cxx_us=cxx or "", sdpa_us=round(sdpa_us, 2), overhead_pct=round(over, 2), gpu=gpu))
+                             cxx_us=cxx or "", sdpa_us=round(sdpa_us, 2), overhead_pct=round(over, 2),
+                             split_tokens=mine["split_tokens"], max_splits=mine["max_splits"],
+                             rows_per_cta=mine["rows_per_cta"], cxx_max_splits=theirs["max_splits"],
+                             cxx_rows_per_cta=theirs["rows_per_cta"], gpu=gpu))
     if a.csv and rows:
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -300,6 +300,18 @@ int64_t plan_workspace_bytes_op(const Tensor& plan) {
   return int64_t(plan_from<kvq::PrefillPlan>("plan_workspace_bytes", plan).workspace_bytes);
 }
 
+// What a decode plan chose, for benchmarks and logs: [batch, num_q_heads, num_kv_heads, residual,
+// max_tokens, max_q_len, total_q, num_sms, rows_per_cta, split_tokens, max_splits, tail_slots,
+// tail_span, tail_ctas, dependent_launches, workspace_bytes] (kvq/decode/plan.hpp; rows_per_cta
+// kDecodeManyRows: the many-row kernel, else the records kernel's row tile).
+std::vector<int64_t> decode_plan_info_op(const Tensor& t) {
+  const kvq::DecodePlan p = plan_from<kvq::DecodePlan>("decode_plan_info", t);
+  const kvq::DecodeShape& s = p.shape;
+  return {s.batch, s.num_q_heads, s.num_kv_heads, s.residual, s.max_tokens, s.max_q_len, s.total_q, s.num_sms,
+          p.rows_per_cta, p.split_tokens, p.max_splits, p.tail_slots, p.tail_span, p.tail_ctas, p.dependent_launches,
+          int64_t(p.workspace_bytes)};
+}
+
 // ---- append -----------------------------------------------------------------------------------------
 
 void append_op(const std::string& config, Tensor& cold, Tensor& hot_k, Tensor& hot_v, const c10::optional<Tensor>& sink_k,
@@ -654,6 +666,7 @@ TORCH_LIBRARY(kvq, m) {
       "plan_prefill(str config, int batch, int num_q_heads, int num_kv_heads, int residual, int max_tokens, int max_q_len, "
       "int total_q, Device device) -> Tensor");
   m.def("plan_workspace_bytes(Tensor plan) -> int");
+  m.def("decode_plan_info(Tensor plan) -> int[]");
   m.def("capacity(str config, int layers, int kv_heads, int residual, int sinks, int budget, int num_seqs, int seq_len) -> int[]");
   m.def("compiled_configs() -> str[]");
   m.def("built_with_cuda() -> bool");
@@ -670,6 +683,7 @@ TORCH_LIBRARY_IMPL(kvq, CPU, m) {
   m.impl("rollback", &kvq_torch::rollback_op);
   m.impl("advance", &kvq_torch::advance_op);
   m.impl("plan_workspace_bytes", &kvq_torch::plan_workspace_bytes_op);
+  m.impl("decode_plan_info", &kvq_torch::decode_plan_info_op);
   m.impl("rotate_heads", &kvq_torch::rotate_heads_op);
 }
 

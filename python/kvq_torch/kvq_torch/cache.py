@@ -142,12 +142,23 @@ class Cache:
         self.free_slots = list(range(max_seqs - 1, -1, -1))
         self.len = [0] * max_seqs
         self.cold_len = [0] * max_seqs
-        # Plans for the largest batches, made once (host; decode asks the GPU's occupancy).
-        self.decode_plan = ops.plan_decode(self.config, self.max_batch, num_q_heads, kv_heads, format.residual,
-                                           max_seq_len, DECODE_MAX_Q_LEN, self.max_batch * DECODE_MAX_Q_LEN, dev)
+        # Decode plans per (batch size, longest q_len) of a step, as kvq::plan_decode is meant to be
+        # called: the split count and the kernel's query-row tiles follow the batch and q_len (a plan
+        # for 16 new tokens runs a plain decode step with 4x the row tiles and a few times fewer
+        # splits: ~3.5x slower at batch 1 x 128K, INT2). All are made here (host only; decode asks
+        # the GPU's occupancy) so the workspace covers every one of them and never moves (a captured
+        # CUDA graph keeps its address). The prefill plan is for the largest step.
+        self._decode_plans = {}
+        ws = 0
+        for b in range(1, self.max_batch + 1):
+            for n in range(1, DECODE_MAX_Q_LEN + 1):
+                plan = ops.plan_decode(self.config, b, num_q_heads, kv_heads, format.residual, max_seq_len, n, b * n, dev)
+                self._decode_plans[(b, n)] = plan
+                ws = max(ws, ops.plan_workspace_bytes(plan))
+        self.decode_plan = self._decode_plans[(self.max_batch, DECODE_MAX_Q_LEN)]  # the widest (any decode step)
         self.prefill_plan = ops.plan_prefill(self.config, self.max_batch, num_q_heads, kv_heads, format.residual,
                                              max_seq_len, self.max_step_tokens, self.max_step_tokens, dev)
-        ws = max(ops.plan_workspace_bytes(self.decode_plan), ops.plan_workspace_bytes(self.prefill_plan))
+        ws = max(ws, ops.plan_workspace_bytes(self.prefill_plan))
         raw = torch.empty(ws + 256, dtype=torch.uint8, device=dev)
         self.workspace = raw[(-raw.data_ptr()) % 256:][:ws]  # 256-byte aligned, as kvq asks
 
@@ -187,12 +198,22 @@ class Cache:
 
     # ---- a step -----------------------------------------------------------------------------------
 
+    def decode_plan_for(self, batch: int, max_q_len: int) -> torch.Tensor:
+        """The decode plan of a step of `batch` sequences, each with at most `max_q_len` new tokens."""
+        if not (1 <= batch <= self.max_batch and 1 <= max_q_len <= DECODE_MAX_Q_LEN):
+            raise ops.KvqError("kvq: kInvalidShape: max_q_len: batch 1..%d and q_len 1..%d"
+                               % (self.max_batch, DECODE_MAX_Q_LEN), "kInvalidShape", "max_q_len")
+        return self._decode_plans[(batch, max_q_len)]
+
     def begin(self, seqs: Sequence[int], num_new: Sequence[int], block_table: Optional[torch.Tensor] = None,
-              into: Optional[Step] = None) -> Step:
+              into: Optional[Step] = None, max_q_len: Optional[int] = None) -> Step:
         """The step's batch: sequence `seqs[b]` gets `num_new[b]` tokens. Reserves the pages the
         append turns cold (unless the engine passes its own `block_table`), uploads lengths, slots,
-        block-table rows and cu_q. `into`: a Step of the same batch size whose tensors are refreshed
-        in place (CUDA-graph replay)."""
+        block-table rows and cu_q. A decode step's plan is made for its batch size and its longest
+        q_len, or `max_q_len` (<= 16) when given: a step to capture in a CUDA graph whose replays
+        bring up to max_q_len new tokens a sequence (speculative decoding). `into`: a Step of the
+        same batch size whose tensors are refreshed in place (CUDA-graph replay); its plan must
+        cover the new step (no more new tokens a sequence than it was made for)."""
         seqs, num_new = [int(s) for s in seqs], [int(n) for n in num_new]
         if len(seqs) != len(num_new) or not seqs or len(seqs) > self.max_batch or len(set(seqs)) != len(seqs):
             raise ops.KvqError("kvq: kInvalidShape: seqs: 1..max_batch distinct sequences, one count each",
@@ -210,6 +231,14 @@ class Cache:
             for s, n in zip(seqs, num_new):
                 self._reserve(s, n)
         decode = max(num_new) <= DECODE_MAX_Q_LEN
+        if max_q_len is not None and not max(num_new) <= max_q_len <= DECODE_MAX_Q_LEN:
+            raise ops.KvqError("kvq: kInvalidShape: max_q_len: %d must be >= the step's longest q_len %d and <= %d"
+                               % (max_q_len, max(num_new), DECODE_MAX_Q_LEN), "kInvalidShape", "max_q_len")
+        if into is not None and (into.decode != decode or (decode and max(num_new) > into.max_new)):
+            raise ops.KvqError("kvq: kInvalidShape: into: the step's plan was made for %s steps of at most %d new tokens "
+                               "a sequence, not %d (begin the captured step with max_q_len=)"
+                               % ("decode" if into.decode else "prefill", into.max_new, max(num_new)),
+                               "kInvalidShape", "into")
         cu = [0]
         for n in num_new:
             cu.append(cu[-1] + n)
@@ -227,14 +256,16 @@ class Cache:
             into.cu_q.copy_(torch.tensor(cu, dtype=torch.int32), non_blocking=True)
             into.block_table.copy_(table, non_blocking=True)
             into.seqs, into.num_new, into.host_len, into.host_cold = seqs, num_new, host_len, host_cold
-            into.max_new = max(into.max_new, max(num_new))
+            if not decode:  # the prefill plan covers any step up to max_step_tokens
+                into.max_new = max(into.max_new, max(num_new))
             return into
         ints = ints.to(dev)
+        q_bound = (max_q_len or max(max(num_new), 1)) if decode else max(num_new)
         return Step(seqs=seqs, num_new=num_new, decode=decode, hot_slot=ints[0].contiguous(),
                     block_table=table.to(dev, dtype=torch.int32).contiguous(), seq_len=ints[1].contiguous(),
                     seq_cold=ints[2].contiguous(), cu_q=torch.tensor(cu, dtype=torch.int32, device=dev),
-                    plan=self.decode_plan if decode else self.prefill_plan,
-                    max_new=DECODE_MAX_Q_LEN if decode else max(num_new), host_len=host_len, host_cold=host_cold)
+                    plan=self.decode_plan_for(len(seqs), q_bound) if decode else self.prefill_plan,
+                    max_new=q_bound, host_len=host_len, host_cold=host_cold)
 
     def _rotate(self, layer: int, xs, inverse: bool, eager: bool, copy: bool = True):
         seed = self.rotation_seeds[layer]

@@ -119,6 +119,18 @@ plan_decode = _wrap(_ops.plan_decode)
 plan_prefill = _wrap(_ops.plan_prefill)
 plan_workspace_bytes = _wrap(_ops.plan_workspace_bytes)
 _capacity = _wrap(_ops.capacity)
+_decode_plan_info = _wrap(_ops.decode_plan_info)
+
+DECODE_PLAN_FIELDS = ("batch", "num_q_heads", "num_kv_heads", "residual", "max_tokens", "max_q_len", "total_q", "num_sms",
+                      "rows_per_cta", "split_tokens", "max_splits", "tail_slots", "tail_span", "tail_ctas",
+                      "dependent_launches", "workspace_bytes")
+
+
+def decode_plan_info(plan: torch.Tensor) -> dict:
+    """What a decode plan (plan_decode's tensor) chose: its shape bounds, the split (split_tokens,
+    max_splits), the kernel (rows_per_cta: 64 = the many-row kernel, else the records kernel's
+    query-row tile), the tail schedule and the workspace (kvq/decode/plan.hpp)."""
+    return dict(zip(DECODE_PLAN_FIELDS, _decode_plan_info(plan)))
 _rotate_heads = _wrap(_ops.rotate_heads)
 
 
