@@ -180,7 +180,7 @@ std::vector<T> run_schedule(const Cache& c, const kvq::Handle* handle) {
 TEST_SUITE("gpu") {
   TEST_CASE("handle: the typed view keeps every CacheView field (sinks, key_clip)") {
     Cache c(kSinks, kvq::KeyClip::kMse);
-    const kvq::CacheView<T> v = kvq::detail::typed_view<T>(c.erased()), w = c.view();
+    const kvq::CacheView<T> v = kvq::typed_view<T>(c.erased()), w = c.view();
     CHECK(v.cold == w.cold);
     CHECK(v.num_pages == w.num_pages);
     CHECK(v.hot_k == w.hot_k);

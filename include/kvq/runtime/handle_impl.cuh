@@ -17,57 +17,10 @@
 #include "kvq/dequant/dequantize.hpp"
 #include "kvq/prefill/prefill.hpp"
 #include "kvq/runtime/handle.hpp"
+#include "kvq/runtime/typed_args.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace detail {
-
-// The typed views of the erased arguments (same fields, model-dtype pointers cast back).
-template <class T>
-CacheView<T> typed_view(const CacheView<void>& c) {
-  CacheView<T> v;
-  v.cold = c.cold;
-  v.num_pages = c.num_pages;
-  v.hot_k = static_cast<T*>(c.hot_k);
-  v.hot_v = static_cast<T*>(c.hot_v);
-  v.num_slots = c.num_slots;
-  v.residual = c.residual;
-  v.num_kv_heads = c.num_kv_heads;
-  v.block_table = c.block_table;
-  v.max_pages_per_seq = c.max_pages_per_seq;
-  v.hot_slot = c.hot_slot;
-  v.sink_k = static_cast<T*>(c.sink_k);
-  v.sink_v = static_cast<T*>(c.sink_v);
-  v.sinks = c.sinks;
-  v.key_clip = c.key_clip;
-  return v;
-}
-
-template <class T>
-AppendBatch<T> typed_append(const AppendBatch<void>& a) {
-  AppendBatch<T> b;
-  b.batch = a.batch;
-  b.lengths = a.lengths;
-  b.cu_new = a.cu_new;
-  b.new_k = static_cast<const T*>(a.new_k);
-  b.new_v = static_cast<const T*>(a.new_v);
-  b.cold_out = a.cold_out;
-  return b;
-}
-
-template <class T>
-AttentionBatch<T> typed_attention(const AttentionBatch<void>& a) {
-  AttentionBatch<T> b;
-  b.batch = a.batch;
-  b.num_q_heads = a.num_q_heads;
-  b.lengths = a.lengths;
-  b.cu_q = a.cu_q;
-  b.q = static_cast<const T*>(a.q);
-  b.new_k = static_cast<const T*>(a.new_k);
-  b.new_v = static_cast<const T*>(a.new_v);
-  b.softmax_scale = a.softmax_scale;
-  b.softcap = a.softcap;
-  return b;
-}
 
 template <class Cfg>
 Status erased_append(const CacheView<void>& cache, const AppendBatch<void>& batch, int max_new_tokens, uint32_t* flags,

@@ -10,6 +10,7 @@
 #include <kvq/reference/append.hpp>
 #include <kvq/reference/attention.hpp>
 #include <kvq/reference/dequantize.hpp>
+#include <kvq/runtime/typed_args.hpp>
 
 #include "kvq_instances.hpp"
 
@@ -49,26 +50,6 @@ std::string format_string(const kvq::QuantDesc& d) {
     }
   }
   return "?";
-}
-
-template <class T>
-kvq::CacheView<T> typed_view(const kvq::CacheView<void>& c) {
-  kvq::CacheView<T> v;
-  v.cold = c.cold;
-  v.num_pages = c.num_pages;
-  v.hot_k = static_cast<T*>(c.hot_k);
-  v.hot_v = static_cast<T*>(c.hot_v);
-  v.num_slots = c.num_slots;
-  v.residual = c.residual;
-  v.num_kv_heads = c.num_kv_heads;
-  v.block_table = c.block_table;
-  v.max_pages_per_seq = c.max_pages_per_seq;
-  v.hot_slot = c.hot_slot;
-  v.sink_k = static_cast<T*>(c.sink_k);
-  v.sink_v = static_cast<T*>(c.sink_v);
-  v.sinks = c.sinks;
-  v.key_clip = c.key_clip;
-  return v;
 }
 
 template <class... Cfgs>
@@ -143,14 +124,7 @@ kvq::Status cpu_append(const kvq::ConfigKey& key, const kvq::CacheView<void>& vi
   return kvq::dispatch(Instances{}, key, [&](auto tag) {
     using Cfg = typename decltype(tag)::type;
     using T = typename Cfg::dtype;
-    kvq::AppendBatch<T> b;
-    b.batch = a.batch;
-    b.lengths = a.lengths;
-    b.cu_new = a.cu_new;
-    b.new_k = static_cast<const T*>(a.new_k);
-    b.new_v = static_cast<const T*>(a.new_v);
-    b.cold_out = a.cold_out;
-    return kvq::reference::append<Cfg>(typed_view<T>(view), b, flags);
+    return kvq::reference::append<Cfg>(kvq::typed_view<T>(view), kvq::typed_append<T>(a), flags);
   });
 }
 
@@ -159,17 +133,7 @@ kvq::Status cpu_attention(const kvq::ConfigKey& key, const kvq::CacheView<void>&
   return kvq::dispatch(Instances{}, key, [&](auto tag) {
     using Cfg = typename decltype(tag)::type;
     using T = typename Cfg::dtype;
-    kvq::AttentionBatch<T> b;
-    b.batch = a.batch;
-    b.num_q_heads = a.num_q_heads;
-    b.lengths = a.lengths;
-    b.cu_q = a.cu_q;
-    b.q = static_cast<const T*>(a.q);
-    b.new_k = static_cast<const T*>(a.new_k);
-    b.new_v = static_cast<const T*>(a.new_v);
-    b.softmax_scale = a.softmax_scale;
-    b.softcap = a.softcap;
-    return kvq::reference::attention<Cfg>(typed_view<T>(view), b, out);
+    return kvq::reference::attention<Cfg>(kvq::typed_view<T>(view), kvq::typed_attention<T>(a), out);
   });
 }
 
@@ -178,7 +142,7 @@ kvq::Status cpu_dequantize_sequence(const kvq::ConfigKey& key, const kvq::CacheV
   return kvq::dispatch(Instances{}, key, [&](auto tag) {
     using Cfg = typename decltype(tag)::type;
     using T = typename Cfg::dtype;
-    return kvq::reference::dequantize_sequence<Cfg>(typed_view<T>(view), batch, b, len, cold, static_cast<T*>(k_out),
+    return kvq::reference::dequantize_sequence<Cfg>(kvq::typed_view<T>(view), batch, b, len, cold, static_cast<T*>(k_out),
                                                     static_cast<T*>(v_out));
   });
 }
