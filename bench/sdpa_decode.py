@@ -18,7 +18,6 @@ backend, gpu, commit, date, command); bench/decode_csv.py and bench/plot.py take
 fastest. Bytes counted: K and V read once (2 x batch x context x 8 x 128 x 2 B) + q + out, whatever
 the candidate reads (an expanded K/V reads 4x that). Written after every shape."""
 import argparse
-import csv
 import os
 import sys
 import time
@@ -70,19 +69,8 @@ def main():
             pb, forms.candidates(q_len, ctx - q_len, flex=not args.no_flex),
             lambda: forms.Problem(SMALL[0], HQ, HK, D, q_len, SMALL[1] - q_len, dev, split_views=True, seed=1), q_len,
             checked, flush, args.reps, deadline, log, on_result)
-        for nm, why in skipped:
-            log(f"  skipped {nm}: {why}")
-        if results:
-            t, nm, _ = min(results)
-            log(f"  best: {nm}, {t:.1f} us, {nbytes / t / 1e3:.0f} GB/s")
         del pb
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-        if args.csv:
-            with open(args.csv, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(COLUMNS)
-                w.writerows(rows)
+        forms.finish_shape(results, skipped, log, lambda t: f"{nbytes / t / 1e3:.0f} GB/s", dev, args.csv, COLUMNS, rows)
     print(f"\n{len(rows)} rows, {time.monotonic() - t_start:.0f} s")
 
 

@@ -25,6 +25,7 @@ Every candidate is checked before it is timed: against an fp32 reference at a sm
 rows), then at the timed shape (sampled query rows and batches). One that raises, is unsupported
 or does not match (relative L2 error over TOL) is skipped, and the reason logged.
 """
+import csv
 import math
 
 import torch
@@ -356,3 +357,21 @@ def time_all(pb, cands, small, small_key, checked, flush, reps, deadline, log, o
             if pb.dev.type == "cuda":
                 torch.cuda.empty_cache()
     return done, skipped
+
+
+def finish_shape(results, skipped, log, best_text, dev, csv_path, columns, rows):
+    """After one shape: log the skipped candidates and the fastest (best_text(time_us) describes
+    its rate), free the shape's memory, and rewrite the CSV with every row so far (a run cut short
+    keeps what it measured)."""
+    for nm, why in skipped:
+        log(f"  skipped {nm}: {why}")
+    if results:
+        t, nm, _ = min(results)
+        log(f"  best: {nm}, {t:.1f} us, {best_text(t)}")
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    if csv_path:
+        with open(csv_path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(columns)
+            w.writerows(rows)

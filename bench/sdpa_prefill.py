@@ -19,7 +19,6 @@ keeps what it measured. --budget-s: candidates not started by then are skipped (
 --smoke: a CPU run at tiny shapes that exercises the checks, the merge and the CSV (no timing
 worth reading)."""
 import argparse
-import csv
 import os
 import sys
 import time
@@ -86,19 +85,9 @@ def main():
                  if not args.only or "+".join(c) in args.only.split(",")],
             lambda: forms.Problem(1, HQ, HK, D, small[0], small_p, dev, split_views=False, seed=1), (small[0], small_p),
             checked, flush, args.reps, deadline, log, on_result)
-        for nm, why in skipped:
-            log(f"  skipped {nm}: {why}")
-        if results:
-            t, nm, _ = min(results)
-            log(f"  best: {nm}, {t:.1f} us, {flops(chunk, prefix) / t / 1e6:.1f} TFLOP/s")
         del pb
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-        if args.csv:
-            with open(args.csv, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(COLUMNS)
-                w.writerows(rows)
+        forms.finish_shape(results, skipped, log, lambda t: f"{flops(chunk, prefix) / t / 1e6:.1f} TFLOP/s", dev,
+                           args.csv, COLUMNS, rows)
     print(f"\n{len(rows)} rows, {time.monotonic() - t_start:.0f} s")
 
 
