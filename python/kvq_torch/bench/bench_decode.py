@@ -20,28 +20,18 @@ of kvq_bench_decode (bench/results/decode_h100.csv layout) to compare with, same
 import argparse
 import csv
 import math
-import statistics
 import sys
+from pathlib import Path
 
 import torch
 
 import kvq_torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from sdpa_timing import median_us  # noqa: E402  (the repository's CUDA-event timing, shared with the SDPA peers)
+
 FMT = {"none": ("none", "none"), "int8": ("int8", "int8"), "int4": ("int4", "int4"), "int2": ("int2", "int2"),
        "k4v2": ("int4", "int2")}
-
-
-def timed(fn, iters, flush):
-    times = []
-    for _ in range(iters):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
-    return statistics.median(times)
 
 
 def fill(cache, seqs, tokens, gen_chunk=16384):
@@ -124,7 +114,7 @@ def main():
             op = torch.ops.kvq.decode
             for _ in range(3):
                 op(*args)
-            eager = timed(lambda: op(*args), a.iters, flush)
+            eager = median_us(lambda: op(*args), flush, a.iters, warmup=0)
             g = torch.cuda.CUDAGraph()
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
@@ -133,7 +123,7 @@ def main():
             torch.cuda.current_stream().wait_stream(s)
             with torch.cuda.graph(g):
                 op(*args)
-            graph = timed(g.replay, a.iters, flush)
+            graph = median_us(g.replay, flush, a.iters, warmup=0)
             try:
                 cache.check_flags()
             except kvq_torch.KvqError as e:
@@ -145,7 +135,7 @@ def main():
                     kd = torch.randn(batch, 8, tokens, 128, device="cuda", dtype=torch.bfloat16)
                     f = lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, kd, enable_gqa=True)
                     f()
-                    sdpa_us = timed(f, a.iters, flush)
+                    sdpa_us = median_us(f, flush, a.iters, warmup=0)
                     del kd
                 except torch.OutOfMemoryError:
                     sdpa_us = float("nan")
