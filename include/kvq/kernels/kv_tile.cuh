@@ -209,17 +209,23 @@ struct SinkRows {
   uint4 x[n];
 
   // Item idx: chunk idx % CH of row idx / (2 CH), keys for even idx / CH, values for odd.
+  struct Item {
+    int r, c;
+    bool is_v;
+  };
+  static KVQ_DEVICE Item item(unsigned idx) {
+    return Item{int(idx / unsigned(2 * CH)), int(idx % unsigned(CH)), bool((idx / unsigned(CH)) & 1u)};
+  }
   KVQ_DEVICE void load(const TileSource<T>& src, int rows, unsigned tid) {
     constexpr int D = Cfg::head_dim;
     KVQ_UNROLL
     for (int i = 0; i < n; ++i) {
       const unsigned idx = tid + unsigned(i * NT);
       if (idx >= unsigned(2 * CH * rows)) break;
-      const int r = int(idx / unsigned(2 * CH)), c = int(idx % unsigned(CH));
-      const bool is_v = (idx / unsigned(CH)) & 1u;
-      const T* row = sink_row(src.v, is_v ? src.v.sink_v : src.v.sink_k, is_v ? src.v.hot_v : src.v.hot_k,
-                              is_v ? src.new_v : src.new_k, src.seq, src.cold, r, src.h, D, Cfg::page);
-      x[i] = *reinterpret_cast<const uint4*>(row + 8 * c);
+      const Item it = item(idx);
+      const T* row = sink_row(src.v, it.is_v ? src.v.sink_v : src.v.sink_k, it.is_v ? src.v.hot_v : src.v.hot_k,
+                              it.is_v ? src.new_v : src.new_k, src.seq, src.cold, it.r, src.h, D, Cfg::page);
+      x[i] = *reinterpret_cast<const uint4*>(row + 8 * it.c);
     }
   }
   KVQ_DEVICE void store(uint8_t* k, uint8_t* v, int rows, unsigned tid) const {
@@ -227,9 +233,8 @@ struct SinkRows {
     for (int i = 0; i < n; ++i) {
       const unsigned idx = tid + unsigned(i * NT);
       if (idx >= unsigned(2 * CH * rows)) break;
-      const int r = int(idx / unsigned(2 * CH)), c = int(idx % unsigned(CH));
-      const bool is_v = (idx / unsigned(CH)) & 1u;
-      *reinterpret_cast<uint4*>((is_v ? v : k) + size_t(Tile::swizzle(r, c)) * 16) = x[i];
+      const Item it = item(idx);
+      *reinterpret_cast<uint4*>((it.is_v ? v : k) + size_t(Tile::swizzle(it.r, it.c)) * 16) = x[i];
     }
   }
 };
