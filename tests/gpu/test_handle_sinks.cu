@@ -63,25 +63,7 @@ struct Cache {
     v.key_clip = clip;
     return v;
   }
-  kvq::CacheView<void> erased() const {
-    const kvq::CacheView<T> t = view();
-    kvq::CacheView<void> v;
-    v.cold = t.cold;
-    v.num_pages = t.num_pages;
-    v.hot_k = t.hot_k;
-    v.hot_v = t.hot_v;
-    v.num_slots = t.num_slots;
-    v.residual = t.residual;
-    v.num_kv_heads = t.num_kv_heads;
-    v.block_table = t.block_table;
-    v.max_pages_per_seq = t.max_pages_per_seq;
-    v.hot_slot = t.hot_slot;
-    v.sink_k = t.sink_k;
-    v.sink_v = t.sink_v;
-    v.sinks = t.sinks;
-    v.key_clip = t.key_clip;
-    return v;
-  }
+  kvq::CacheView<void> erased() const { return kvq::erased_view(view()); }
 };
 
 int num_sms() {

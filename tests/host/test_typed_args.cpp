@@ -89,3 +89,36 @@ TEST_CASE("typed args: append and attention batches keep every field") {
   CHECK(tq.softmax_scale == 0.125f);
   CHECK(tq.softcap == 30.0f);
 }
+
+TEST_CASE("typed args: erased_view then typed_view gives the view back") {
+  kvq::CacheView<T> t;
+  t.cold = fake<uint8_t>(0x1000);
+  t.num_pages = 9;
+  t.hot_k = fake<T>(0x2000);
+  t.hot_v = fake<T>(0x3000);
+  t.num_slots = 3;
+  t.residual = 128;
+  t.num_kv_heads = 2;
+  t.block_table = fake<const int32_t>(0x4000);
+  t.max_pages_per_seq = 5;
+  t.hot_slot = fake<const int32_t>(0x5000);
+  t.sink_k = fake<T>(0x6000);
+  t.sink_v = fake<T>(0x7000);
+  t.sinks = 2;
+  t.key_clip = kvq::KeyClip::kMse;
+  const kvq::CacheView<T> r = kvq::typed_view<T>(kvq::erased_view(t));
+  CHECK(r.cold == t.cold);
+  CHECK(r.num_pages == 9);
+  CHECK(r.hot_k == t.hot_k);
+  CHECK(r.hot_v == t.hot_v);
+  CHECK(r.num_slots == 3);
+  CHECK(r.residual == 128);
+  CHECK(r.num_kv_heads == 2);
+  CHECK(r.block_table == t.block_table);
+  CHECK(r.max_pages_per_seq == 5);
+  CHECK(r.hot_slot == t.hot_slot);
+  CHECK(r.sink_k == t.sink_k);
+  CHECK(r.sink_v == t.sink_v);
+  CHECK(r.sinks == 2);
+  CHECK(r.key_clip == kvq::KeyClip::kMse);
+}

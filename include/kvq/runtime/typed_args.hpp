@@ -1,6 +1,6 @@
 // kvq/runtime/typed_args.hpp - the type-erased arguments of kvq::Handle (CacheView<void>,
 // AppendBatch<void>, AttentionBatch<void>) turned back into the typed structs of a configuration's
-// model dtype: the same fields, the model-dtype pointers cast back. Host code, shared by the
+// model dtype (the same fields, the model-dtype pointers cast back), and a typed view erased. Host code, shared by the
 // handle's ops tables (runtime/handle_impl.cuh) and by callers that run the host reference on
 // erased arguments; one place, so that a field added to a view reaches every path.
 #pragma once
@@ -29,6 +29,27 @@ CacheView<T> typed_view(const CacheView<void>& c) {
   v.sink_v = static_cast<T*>(c.sink_v);
   v.sinks = c.sinks;
   v.key_clip = c.key_clip;
+  return v;
+}
+
+// The inverse of typed_view: what an engine holding a typed view passes to a Handle.
+template <class T>
+CacheView<void> erased_view(const CacheView<T>& t) {
+  CacheView<void> v;
+  v.cold = t.cold;
+  v.num_pages = t.num_pages;
+  v.hot_k = t.hot_k;
+  v.hot_v = t.hot_v;
+  v.num_slots = t.num_slots;
+  v.residual = t.residual;
+  v.num_kv_heads = t.num_kv_heads;
+  v.block_table = t.block_table;
+  v.max_pages_per_seq = t.max_pages_per_seq;
+  v.hot_slot = t.hot_slot;
+  v.sink_k = t.sink_k;
+  v.sink_v = t.sink_v;
+  v.sinks = t.sinks;
+  v.key_clip = t.key_clip;
   return v;
 }
 
