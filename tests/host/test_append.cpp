@@ -131,12 +131,12 @@ TEST_CASE("append: NaN / Inf / beyond-fp16 inputs raise flags when their page is
   for (int64_t t = 0; t < 192; ++t)
     for (int h = 0; h < 2; ++h)
       for (int ch = 0; ch < 128; ++ch) {
-        nonfinite += !std::isfinite(kvq::reference::cached_value<Cfg, Role::kKey>(v, 0, 192, t, h, ch));
-        nonfinite += !std::isfinite(kvq::reference::cached_value<Cfg, Role::kValue>(v, 0, 192, t, h, ch));
+        nonfinite += !std::isfinite(cached_value<Cfg, Role::kKey>(v, 0, 192, t, h, ch));
+        nonfinite += !std::isfinite(cached_value<Cfg, Role::kValue>(v, 0, 192, t, h, ch));
       }
   CHECK(nonfinite == 0);
-  CHECK(kvq::reference::cached_value<Cfg, Role::kValue>(v, 0, 192, 20, 0, 7) > 60000.0f);
-  CHECK(kvq::reference::cached_value<Cfg, Role::kKey>(v, 0, 192, 30, 0, 100) < -60000.0f);
+  CHECK(cached_value<Cfg, Role::kValue>(v, 0, 192, 20, 0, 7) > 60000.0f);
+  CHECK(cached_value<Cfg, Role::kKey>(v, 0, 192, 30, 0, 100) < -60000.0f);
   // flags are ORed into the caller's word, never cleared
   flags = kvq::kFlagBadSequence;
   REQUIRE(append_seq<Cfg>(c, s, 264, 1, 0, &flags) == Status::kSuccess);

@@ -36,7 +36,7 @@ struct Step {
   std::vector<float> run(bool after_append, float scale, float softcap = 0.0f) {
     return run_attention<Cfg>(after_append ? after : before, call(after_append, scale, softcap));
   }
-  // The fp64 attention over what the cache holds after the append, read through cached_value.
+  // The fp64 attention over what the cache holds after the append, read through kvq_test::cached_value.
   std::vector<double> naive(double scale, double softcap = 0.0) {
     std::vector<double> k, v;
     cached_operands<Cfg>(after, 0, prefix, after.cold_len[0], s.k_row(prefix), s.v_row(prefix), q_len, k, v);

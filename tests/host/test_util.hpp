@@ -519,8 +519,29 @@ AttnCall<T> single_call(int64_t len, int64_t cold, int64_t q_len, int num_q_head
   return a;
 }
 
-// K and V of sequence b as a cache with cold length `cold` holds them ([len][H][D], via the decode
-// path cached_value), followed by q_len fresh rows: [len + q_len][H][D] in fp64.
+// The tests' own readout of a cache, written apart from the library's token_ref: value (fp32) of
+// token t, head h, channel c of the K (R = kKey) or V cache of sequence b, for a
+// cache holding `cold` cold tokens: dequantized below `cold` (sink tokens as stored in
+// sink_k / sink_v), the ring row above.
+template <class Cfg, Role R>
+float cached_value(const kvq::CacheView<typename Cfg::dtype>& v, int b, int64_t cold, int64_t t, int h, int c) {
+  constexpr int D = Cfg::head_dim, P = Cfg::page;
+  if (t < cold && t < v.sinks) {
+    const auto* sink = R == Role::kKey ? v.sink_k : v.sink_v;
+    return sink[kvq::sink_offset(v.hot_slot[b], int(t), h, v.sinks, v.num_kv_heads, D) + c].to_float();
+  }
+  if (t < cold) {
+    const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + t / P];
+    const uint8_t* rec = v.cold + kvq::record_offset(page, h, v.num_kv_heads, Cfg::record_bytes);
+    return kvq::decode_record_element<Cfg, R>(rec, int(t % P), c);
+  }
+  const int window = v.residual + P;
+  const auto* ring = R == Role::kKey ? v.hot_k : v.hot_v;
+  return ring[kvq::hot_offset(v.hot_slot[b], kvq::ring_row(t, window), h, window, v.num_kv_heads, D) + c].to_float();
+}
+
+// K and V of sequence b as a cache with cold length `cold` holds them ([len][H][D], via
+// cached_value), followed by q_len fresh rows: [len + q_len][H][D] in fp64.
 template <class Cfg>
 void cached_operands(HostCache<Cfg>& c, int b, int64_t len, int64_t cold, const typename Cfg::dtype* fresh_k,
                      const typename Cfg::dtype* fresh_v, int64_t q_len, std::vector<double>& k, std::vector<double>& v) {
@@ -534,8 +555,8 @@ void cached_operands(HostCache<Cfg>& c, int b, int64_t len, int64_t cold, const 
       for (int ch = 0; ch < D; ++ch) {
         const size_t e = (size_t(t) * H + h) * D + ch;
         if (t < len) {
-          k[e] = kvq::reference::cached_value<Cfg, Role::kKey>(view, b, cold, t, h, ch);
-          v[e] = kvq::reference::cached_value<Cfg, Role::kValue>(view, b, cold, t, h, ch);
+          k[e] = cached_value<Cfg, Role::kKey>(view, b, cold, t, h, ch);
+          v[e] = cached_value<Cfg, Role::kValue>(view, b, cold, t, h, ch);
         } else {
           const size_t f = (size_t(t - len) * H + h) * D + ch;
           k[e] = fresh_k[f].to_float();

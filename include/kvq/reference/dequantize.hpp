@@ -3,34 +3,15 @@
 
 #include <cstdint>
 
+#include "kvq/attention/batch.hpp"
+#include "kvq/attention/token_source.hpp"
 #include "kvq/cache/append_plan.hpp"
 #include "kvq/cache/view.hpp"
 #include "kvq/cache/window.hpp"
 #include "kvq/core/status.hpp"
-#include "kvq/cache/element_decode.hpp"
 
 KVQ_NAMESPACE_BEGIN
 namespace reference {
-
-// Value (fp32) of token t, head h, channel c of the K (R = kKey) or V cache of sequence b, for a
-// cache holding `cold` cold tokens: dequantized below `cold` (sink tokens as stored in
-// sink_k / sink_v), the ring row above.
-template <class Cfg, Role R>
-float cached_value(const CacheView<typename Cfg::dtype>& v, int b, int64_t cold, int64_t t, int h, int c) {
-  constexpr int D = Cfg::head_dim, P = Cfg::page;
-  if (t < cold && t < v.sinks) {
-    const auto* sink = R == Role::kKey ? v.sink_k : v.sink_v;
-    return sink[sink_offset(v.hot_slot[b], int(t), h, v.sinks, v.num_kv_heads, D) + c].to_float();
-  }
-  if (t < cold) {
-    const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + t / P];
-    const uint8_t* rec = v.cold + record_offset(page, h, v.num_kv_heads, Cfg::record_bytes);
-    return decode_record_element<Cfg, R>(rec, int(t % P), c);
-  }
-  const int window = v.residual + P;
-  const auto* ring = R == Role::kKey ? v.hot_k : v.hot_v;
-  return ring[hot_offset(v.hot_slot[b], ring_row(t, window), h, window, v.num_kv_heads, D) + c].to_float();
-}
 
 // Sequence b of a batch of `batch` sequences (the rows of v.block_table and v.hot_slot), holding
 // `len` tokens of which `cold` are cold. k_out, v_out: [len][num_kv_heads][head_dim] in the model
@@ -54,13 +35,23 @@ Status dequantize_sequence(const CacheView<typename Cfg::dtype>& v, int batch, i
     const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
     if (!page_in_pool(v, page)) return Status::kInvalidPageId;
   }
+  // Each token as the attention reads it (attention/token_source.hpp, the device dequantize's
+  // token_ref too): a record below `cold` (sink tokens from sink_k / sink_v), the ring row above.
+  SeqAttention s{};
+  s.len = len;
+  s.cold = cold;
+  s.target = cold;
+  s.slot = slot;
+  const AttentionBatch<T> none{};  // no new tokens: token_ref never reads them
   for (int64_t t = 0; t < len; ++t)
-    for (int h = 0; h < v.num_kv_heads; ++h)
+    for (int h = 0; h < v.num_kv_heads; ++h) {
+      const TokenRef<T> ref = token_ref(v, none, b, h, s, t, P, D, Cfg::record_bytes, nullptr);
       for (int c = 0; c < D; ++c) {
         const size_t o = (size_t(t) * v.num_kv_heads + h) * D + c;
-        k_out[o] = T::from_float_saturate(cached_value<Cfg, Role::kKey>(v, b, cold, t, h, c));
-        v_out[o] = T::from_float_saturate(cached_value<Cfg, Role::kValue>(v, b, cold, t, h, c));
+        k_out[o] = T::from_float_saturate(token_key<Cfg>(ref, c));
+        v_out[o] = T::from_float_saturate(token_value<Cfg>(ref, c));
       }
+    }
   return Status::kSuccess;
 }
 
