@@ -93,7 +93,7 @@ fi
 
 # ---- benchmark, alone on the GPU (<= 45 s) -------------------------------------------------------
 step 45 bench python3 python/kvq_torch/bench/bench_decode.py --grid 1x131072,8x131072 --formats int2 --iters 20 \
-  --cxx-csv bench/results/decode_h100.csv --csv "$OUT/bench.csv" >"$OUT/bench.log" 2>&1
+  --cxx-csv "${KVQ_CXX_CSV:-bench/results/decode_h100.csv}" --csv "$OUT/bench.csv" >"$OUT/bench.log" 2>&1
 cat "$OUT/bench.log"
 note "total $((SECONDS - T0)) s, status $status"
 exit $status
