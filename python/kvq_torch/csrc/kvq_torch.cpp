@@ -22,7 +22,6 @@
 
 #include <cstring>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -50,10 +49,11 @@ using at::Tensor;
 
 // ---- errors -------------------------------------------------------------------------------------
 
+// Messages are built with std::string and std::to_string, never with iostreams: a toolchain that
+// links libstdc++ statically into the extension (a g++ wrapper adding -static-libstdc++) can leave
+// that copy's locale uninitialised, and formatting a number through a stream then crashes.
 [[noreturn]] void refuse(const char* op, kvq::Status st, const std::string& arg, const std::string& why) {
-  std::ostringstream m;
-  m << "kvq." << op << ": " << status_name(st) << ": " << arg << ": " << why;
-  TORCH_CHECK_VALUE(false, m.str());
+  TORCH_CHECK_VALUE(false, std::string("kvq.") + op + ": " + status_name(st) + ": " + arg + ": " + why);
 }
 
 // The argument a kvq Status most likely concerns, for statuses kvq itself returned.
@@ -124,9 +124,9 @@ const Config& config_of(const char* op, const std::string& text) {
 // ---- tensor checks --------------------------------------------------------------------------------
 
 std::string shape_string(const Tensor& t) {
-  std::ostringstream s;
-  s << t.sizes();
-  return s.str();
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
 }
 
 // dims: expected sizes, -1 for any. align: byte alignment of the data pointer.
