@@ -106,6 +106,11 @@ Engine::Engine(Backend& backend, const EngineConfig& config, Detokenizer detok)
   if (cfg_.max_batch < 1 || cfg_.token_budget <= cfg_.max_batch || cfg_.page <= 0 || cfg_.residual < 0 ||
       cfg_.residual % cfg_.page != 0 || cfg_.num_pages < 0 || cfg_.max_seq_len < 2 || cfg_.max_waiting < 0)
     throw Error("engine: inconsistent configuration (max_batch >= 1, token_budget > max_batch, R a multiple of the page)");
+  if (cfg_.prefill_chunk == 0) cfg_.prefill_chunk = cfg_.token_budget - cfg_.max_batch;
+  // The oldest prompt's next chunk must fit beside a full decode batch, or it could wait forever.
+  if (cfg_.prefill_chunk < 1 || cfg_.prefill_chunk > cfg_.token_budget - cfg_.max_batch)
+    throw Error("engine: prefill_chunk must be in [1, token_budget - max_batch] (" +
+                std::to_string(cfg_.token_budget - cfg_.max_batch) + ")");
   for (int s = cfg_.max_batch - 1; s >= 0; --s) free_slots_.push_back(s);
   for (int64_t p = cfg_.num_pages - 1; p >= 0; --p) free_pages_.push_back(int32_t(p));
   stats_.pages_free = cfg_.num_pages;
@@ -182,6 +187,11 @@ void Engine::admit_locked() {
   }
 }
 
+int Engine::next_chunk(const Seq& s) const {
+  // Prompts are fed whole chunks from the start, so `prefilled` is on the grid.
+  return int(std::min<size_t>(size_t(cfg_.prefill_chunk), s.spec.prompt.size() - s.prefilled));
+}
+
 void Engine::finish(Seq& s, Finish reason, const std::string& error) {
   s.done = true;
   s.reason = reason;
@@ -238,8 +248,8 @@ bool Engine::step() {
   }
   for (auto& s : dropped) finish(*s, Finish::kCancelled);
 
-  // The step: every decoding sequence's pending token, then prompt chunks in admission order
-  // while the budget lasts.
+  // The step: every decoding sequence's pending token, then the next prompt chunk of each sequence
+  // still reading its prompt, in admission order, where it fits in what is left of the budget.
   std::vector<StepSeq> decode, prefill;
   std::vector<Seq*> dseq, pseq;
   int budget = cfg_.token_budget;
@@ -252,8 +262,9 @@ bool Engine::step() {
   }
   for (auto& sp : running_) {
     Seq& s = *sp;
-    if (s.done || s.prefilled >= s.spec.prompt.size() || budget <= 0) continue;
-    const int n = int(std::min<size_t>(size_t(budget), s.spec.prompt.size() - s.prefilled));
+    if (s.done || s.prefilled >= s.spec.prompt.size()) continue;
+    const int n = next_chunk(s);
+    if (n > budget) continue;  // waits: a smaller piece would cut the prompt elsewhere than alone
     budget -= n;
     const bool completes = s.prefilled + size_t(n) == s.spec.prompt.size();
     prefill.push_back(StepSeq{s.slot, s.len, s.spec.prompt.data() + s.prefilled, n, &s.pages, completes});

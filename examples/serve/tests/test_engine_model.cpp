@@ -1,9 +1,10 @@
 // The engine on SmolLM2-135M with the CPU backend (label model): a request's tokens do not depend
-// on what else is in the batch (greedy and a fixed seed), and they are the tokens smollm2's own
-// Model gives when driven one sequence at a time.
+// on what else is in the batch (greedy and a fixed seed, short prompts and prompts read in several
+// chunks), and they are the tokens smollm2's own Model gives when driven one sequence at a time.
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "backend.hpp"
@@ -109,4 +110,41 @@ TEST_CASE("SmolLM2 on the CPU backend: batched outputs equal each request alone 
       CHECK(got == alone[i]);
     }
   }
+}
+
+TEST_CASE("SmolLM2 on the CPU backend: a fixed-seed request read in chunks gives the same tokens alone and under load") {
+  // bench/serve_load.py --check in small: a sampled request with a fixed seed and a prompt of random
+  // token ids longer than a step's budget, alone, then joining while three other requests (other
+  // prompts, greedy and sampled) prefill and decode. The budget left beside them differs from step
+  // to step; the prompt must still be read in the same chunks, since with a quantized cache the cut
+  // changes what each token's attention sees (kvq's chunk contract).
+  std::mt19937 gen(11);
+  auto noise = [&](int n) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; ++i) p.push_back(int32_t(1000 + gen() % 47000));
+    return p;
+  };
+  std::vector<serve::RequestSpec> reqs(4);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt = noise(i == 1 ? 300 : 60 + 70 * int(i));
+    reqs[i].max_tokens = i == 1 ? 12 : 20;
+    reqs[i].ignore_eos = true;
+    reqs[i].sampling = i == 1 ? serve::SamplingParams{0.8f, 1.0f, 7} : serve::SamplingParams{0.8f * float(i % 2), 0.9f, 100 + i};
+  }
+  // INT4: a quantized cache, where the cut matters (with "none" the CPU gives the same tokens for
+  // any cut).
+  const serve::FormatChoice f = serve::choose_format("int4");
+  serve::EngineConfig cfg;
+  cfg.max_batch = 4;
+  cfg.token_budget = 100;  // the prompts (60 to 300 tokens) take one to four steps
+  cfg.page = f.format.page;
+  cfg.residual = f.format.residual;
+  cfg.max_seq_len = 512;
+  cfg.num_pages = 32;
+  auto backend = serve::make_cpu_backend(model_file(), f, cfg.max_batch, cfg.max_seq_len, 2);
+  const std::vector<int32_t> alone = run(*backend, cfg, {reqs[1]}, {0}).tokens[0];
+  const Run loaded = run(*backend, cfg, reqs, {0, 2, 3, 6});
+  CHECK(loaded.max_batch_seen == 4);
+  REQUIRE(alone.size() == 12);
+  CHECK(loaded.tokens[1] == alone);
 }

@@ -1,7 +1,8 @@
 // The scheduler of examples/serve on a scripted backend: its "model" answers with logits that are a
-// hash of everything the slot's cache holds, and it checks every step against what the engine
-// promised (positions, the token budget, page ids owned by one sequence each, the block-table row
-// holding every page the append turns cold).
+// hash of everything the slot's cache holds and of where it was cut into steps (as with kvq's
+// chunked prefill, where a chunk's queries share one cold boundary), and it checks every step
+// against what the engine promised (positions, the token budget, page ids owned by one sequence
+// each, the block-table row holding every page the append turns cold).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -29,7 +30,8 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 class ScriptedBackend final : public serve::Backend {
  public:
-  explicit ScriptedBackend(const EngineConfig& c) : cfg_(c), history_(size_t(c.max_batch)), cold_(size_t(c.max_batch), 0) {}
+  explicit ScriptedBackend(const EngineConfig& c)
+      : cfg_(c), history_(size_t(c.max_batch)), cuts_(size_t(c.max_batch)), cold_(size_t(c.max_batch), 0) {}
   int vocab() const override { return kVocab; }
 
   void forward(const std::vector<StepSeq>& decode, const std::vector<StepSeq>& prefill, std::vector<float>& logits) override {
@@ -46,6 +48,7 @@ class ScriptedBackend final : public serve::Backend {
         auto& h = history_[size_t(s.slot)];
         REQUIRE(int64_t(h.size()) == s.pos);
         h.insert(h.end(), s.tokens, s.tokens + s.count);
+        cuts_[size_t(s.slot)].push_back(int64_t(h.size()));
         tokens += s.count;
         cold_[size_t(s.slot)] = kvq::cold_after(int64_t(h.size()), cold_[size_t(s.slot)], cfg_.residual, cfg_.page);
         REQUIRE(int64_t(s.pages->size()) == cold_[size_t(s.slot)] / cfg_.page);  // exactly the cold pages
@@ -66,11 +69,13 @@ class ScriptedBackend final : public serve::Backend {
         if (!s.want_logits) continue;
         uint64_t h = 1;
         for (int32_t t : history_[size_t(s.slot)]) h = mix(h, uint64_t(t));
+        for (int64_t cut : cuts_[size_t(s.slot)]) h = mix(h, uint64_t(cut));
         for (int v = 0; v < kVocab; ++v) logits.push_back(float(mix(h, uint64_t(v)) % 1000) / 100.0f);
       }
   }
   void release(int slot) override {
     history_[size_t(slot)].clear();
+    cuts_[size_t(slot)].clear();
     cold_[size_t(slot)] = 0;
     pages_.erase(slot);
   }
@@ -80,6 +85,7 @@ class ScriptedBackend final : public serve::Backend {
  private:
   EngineConfig cfg_;
   std::vector<std::vector<int32_t>> history_;
+  std::vector<std::vector<int64_t>> cuts_;  // per slot: its length after each step
   std::vector<int64_t> cold_;
   std::map<int, std::vector<int32_t>> pages_;
 };
@@ -152,28 +158,44 @@ std::vector<int32_t> alone(const EngineConfig& c, const RequestSpec& r) {
 
 }  // namespace
 
-TEST_CASE("chunked prefill stays under the token budget and outputs match each request run alone") {
-  const EngineConfig c = small_config();
+TEST_CASE("chunked prefill: prompts cut on the chunk grid under the token budget, outputs equal each request alone") {
+  EngineConfig c = small_config();
+  c.prefill_chunk = 8;
   const std::vector<RequestSpec> reqs = {request(40, 6, 1), request(10, 9, 2), request(5, 3, 3), request(23, 12, 4)};
   Harness h(c);
   for (const auto& r : reqs) h.submit(r);
-  REQUIRE(h.engine.step());
-  // First step: no decode yet; the first prompt's first 16 tokens fill the budget.
-  REQUIRE(h.engine.last_step().size() == 1);
-  CHECK(h.engine.last_step()[0].count == 16);
-  CHECK_FALSE(h.engine.last_step()[0].decode);
-  REQUIRE(h.engine.step());
-  CHECK(h.engine.last_step()[0].count == 16);
-  REQUIRE(h.engine.step());
-  // 8 tokens finish the first prompt, 8 go to the second (a piece of a prompt in the same step).
+  // Every prompt piece is the request's next chunk of the grid: min(8, what is left of its prompt).
+  std::map<uint64_t, size_t> fed;
+  auto step = [&] {
+    const bool worked = h.engine.step();
+    for (const auto& e : h.engine.last_step()) {
+      if (e.decode) continue;
+      const size_t i = size_t(std::find(h.ids.begin(), h.ids.end(), e.id) - h.ids.begin());
+      CHECK(size_t(e.count) == std::min<size_t>(8, reqs[i].prompt.size() - fed[e.id]));
+      fed[e.id] += size_t(e.count);
+    }
+    return worked;
+  };
+  REQUIRE(step());
+  // First step: no decode yet; a chunk of the first prompt and one of the second fill the budget.
   REQUIRE(h.engine.last_step().size() == 2);
   CHECK(h.engine.last_step()[0].count == 8);
   CHECK(h.engine.last_step()[1].count == 8);
-  REQUIRE(h.engine.step());
-  // Now the first sequence decodes (first in the step) and prefill gets the other 15 tokens.
+  REQUIRE(step());
+  // The second prompt's last 2 tokens and the third prompt whole; the fourth prompt's first chunk
+  // (8) does not fit in the 1 token left and waits, rather than be cut elsewhere than alone.
+  REQUIRE(h.engine.last_step().size() == 3);
+  CHECK(h.engine.last_step()[1].count == 2);
+  CHECK(h.engine.last_step()[2].count == 5);
+  REQUIRE(step());
+  // The second and third sequences decode (first in the step), the first prompt gets its third
+  // chunk, and the fourth still waits (6 left).
+  REQUIRE(h.engine.last_step().size() == 3);
   CHECK(h.engine.last_step()[0].decode);
-  CHECK(h.engine.last_step()[0].count == 1);
-  h.run();
+  CHECK(h.engine.last_step()[1].decode);
+  CHECK(h.engine.last_step()[2].count == 8);
+  while (step()) {
+  }
   CHECK(h.backend.max_tokens == 16);
   for (size_t i = 0; i < reqs.size(); ++i) {
     CHECK(h.results[i].reason == Finish::kLength);
@@ -185,6 +207,11 @@ TEST_CASE("chunked prefill stays under the token budget and outputs match each r
   CHECK(st.pages_free == c.num_pages);
   CHECK(st.pages_reserved == 0);
   CHECK(st.prefill_tokens == 78);
+  // A chunk must fit beside a full decode batch (16 - 4 here), or the oldest prompt could wait forever.
+  EngineConfig wide = small_config();
+  wide.prefill_chunk = 13;
+  ScriptedBackend b(wide);
+  CHECK_THROWS_WITH(Engine(b, wide), doctest::Contains("prefill_chunk"));
 }
 
 TEST_CASE("a request waits while the pages are short and is admitted when they come back") {
