@@ -114,14 +114,17 @@ struct EngineStats {
   int max_running_seen = 0;
 };
 
-// Samples a token from a row of logits (exposed for tests).
+// A request's random stream: splitmix64, the same on every platform.
 class Rng {
  public:
   explicit Rng(uint64_t seed) : s_(seed) {}
-  double uniform();  // [0, 1), splitmix64: the same on every platform
+  uint64_t next();
+  double uniform();  // [0, 1)
  private:
   uint64_t s_;
 };
+// Samples a token from a row of logits (exposed for tests), one draw of rng per token: greedy, or
+// Gumbel-max over the top-p nucleus (see engine.cpp).
 int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, Rng& rng);
 
 class Engine {
