@@ -40,7 +40,7 @@ struct Options {
   int max_batch = 0, token_budget = 8192, prefill_chunk = 0, threads = 0, max_waiting = 1024;
   double kv_memory_mib = 0;
   int64_t max_seq_len = 0;  // 0: cpu 2048, gpu the model's context
-  bool no_graphs = false;
+  bool no_graphs = false, batch_variant = false;
   // serve
   std::string host = "127.0.0.1", served_name;
   int port = 8000, max_concurrent = 256, default_max_tokens = 256;
@@ -105,7 +105,7 @@ Stack build(const Options& o) {
     s.cfg.eos.push_back(s.tok->eos());
   std::fprintf(stderr, "kvq_serve: %s, %s; %s\n", o.model.c_str(), device_line.c_str(), s.plan.summary.c_str());
 #ifdef SERVE_HAVE_GPU
-  if (gpu) s.backend = serve::make_gpu_backend(*s.file, s.format, s.cfg, serve::GpuOptions{!o.no_graphs});
+  if (gpu) s.backend = serve::make_gpu_backend(*s.file, s.format, s.cfg, serve::GpuOptions{!o.no_graphs, !o.batch_variant});
 #endif
   if (!gpu) s.backend = serve::make_cpu_backend(*s.file, s.format, max_batch, s.cfg.max_seq_len, o.threads);
   const smollm2::Tokenizer* tok = s.tok.get();
@@ -403,6 +403,9 @@ int main(int argc, char** argv) {
     c->add_option("--threads", o.threads, "CPU threads (0: all cores)");
     c->add_option("--max-waiting", o.max_waiting, "requests waiting for admission at most")->check(CLI::Range(0, 1 << 20));
     c->add_flag("--no-graphs", o.no_graphs, "GPU: do not capture decode steps in CUDA graphs");
+    c->add_flag("--batch-variant", o.batch_variant,
+                "GPU: a decode plan per batch size and cuBLAS's GEMM choice per step (faster for few long sequences; "
+                "a fixed-seed request's tokens may then depend on the batch)");
   };
   CLI::App* srv = app.add_subcommand("serve", "run the HTTP server until SIGINT / SIGTERM");
   common(srv);

@@ -3,60 +3,19 @@
 // chunks), and they are the tokens smollm2's own Model gives when driven one sequence at a time.
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <random>
-#include <sstream>
-
 #include "backend.hpp"
+#include "engine_runs.hpp"
 #include "tokenizer.hpp"
 
 namespace {
 
-const smollm2::GgufFile& model_file() {
-  static std::unique_ptr<smollm2::GgufFile> f = [] {
-    std::string path;
-    if (const char* env = std::getenv("SMOLLM2_GGUF")) {
-      path = env;
-    } else {
-      std::ifstream in(SERVE_MODEL_PATH_FILE);
-      REQUIRE_MESSAGE(bool(in), "cannot open " << SERVE_MODEL_PATH_FILE);
-      std::getline(in, path);
-    }
-    return std::make_unique<smollm2::GgufFile>(path);
-  }();
-  return *f;
-}
+using serve_test::model_file;
+using serve_test::Run;
+using serve_test::run;
 
 std::string chat(const std::string& user) {
   return "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
          "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
-}
-
-struct Run {
-  std::vector<std::vector<int32_t>> tokens;
-  int max_batch_seen = 0;
-};
-
-// Submits requests (request i after `delay[i]` steps), steps until idle.
-Run run(serve::Backend& backend, const serve::EngineConfig& cfg, const std::vector<serve::RequestSpec>& reqs,
-        const std::vector<int>& delay) {
-  serve::Engine engine(backend, cfg);
-  Run out;
-  out.tokens.resize(reqs.size());
-  size_t next = 0;
-  for (int step = 0;; ++step) {
-    while (next < reqs.size() && delay[next] <= step) {
-      std::string why;
-      const size_t i = next++;
-      REQUIRE(engine.submit(reqs[i], [&out, i](const serve::Event& ev) {
-        out.tokens[i].insert(out.tokens[i].end(), ev.tokens.begin(), ev.tokens.end());
-      }, &why) != 0);
-    }
-    const bool worked = engine.step();
-    out.max_batch_seen = std::max(out.max_batch_seen, int(engine.last_step().size()));
-    if (!worked && next == reqs.size()) break;
-  }
-  return out;
 }
 
 }  // namespace
@@ -119,14 +78,9 @@ TEST_CASE("SmolLM2 on the CPU backend: a fixed-seed request read in chunks gives
   // to step; the prompt must still be read in the same chunks, since with a quantized cache the cut
   // changes what each token's attention sees (kvq's chunk contract).
   std::mt19937 gen(11);
-  auto noise = [&](int n) {
-    std::vector<int32_t> p;
-    for (int i = 0; i < n; ++i) p.push_back(int32_t(1000 + gen() % 47000));
-    return p;
-  };
   std::vector<serve::RequestSpec> reqs(4);
   for (size_t i = 0; i < reqs.size(); ++i) {
-    reqs[i].prompt = noise(i == 1 ? 300 : 60 + 70 * int(i));
+    reqs[i].prompt = serve_test::noise_prompt(gen, i == 1 ? 300 : 60 + 70 * int(i));
     reqs[i].max_tokens = i == 1 ? 12 : 20;
     reqs[i].ignore_eos = true;
     reqs[i].sampling = i == 1 ? serve::SamplingParams{0.8f, 1.0f, 7} : serve::SamplingParams{0.8f * float(i % 2), 0.9f, 100 + i};
