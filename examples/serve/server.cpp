@@ -39,7 +39,7 @@ struct Options {
   std::string model, device = "cpu", format;
   int max_batch = 0, token_budget = 8192, prefill_chunk = 0, threads = 0, max_waiting = 1024;
   double kv_memory_mib = 0;
-  int64_t max_seq_len = 0;  // 0: cpu 2048, gpu the model's context
+  int64_t max_seq_len = 0;  // 0: cpu 2048, gpu the model's context; beyond the context: honoured, with a warning
   bool no_graphs = false, batch_variant = false;
   // serve
   std::string host = "127.0.0.1", served_name;
@@ -104,6 +104,10 @@ Stack build(const Options& o) {
   if (s.tok->eos() >= 0 && std::find(s.cfg.eos.begin(), s.cfg.eos.end(), s.tok->eos()) == s.cfg.eos.end())
     s.cfg.eos.push_back(s.tok->eos());
   std::fprintf(stderr, "kvq_serve: %s, %s; %s\n", o.model.c_str(), device_line.c_str(), s.plan.summary.c_str());
+  if (s.cfg.max_seq_len > lc.context)
+    std::fprintf(stderr, "kvq_serve: warning: requests up to %lld tokens, beyond the model's trained context of %lld: RoPE "
+                 "extrapolates, quality beyond %lld tokens is not guaranteed\n",
+                 (long long)s.cfg.max_seq_len, (long long)lc.context, (long long)lc.context);
 #ifdef SERVE_HAVE_GPU
   if (gpu) s.backend = serve::make_gpu_backend(*s.file, s.format, s.cfg, serve::GpuOptions{!o.no_graphs, !o.batch_variant});
 #endif
@@ -399,7 +403,9 @@ int main(int argc, char** argv) {
                   "prompt tokens per prefill chunk: prompts are cut at its multiples whatever the load (default token budget - max batch)")
         ->check(CLI::Range(1, 1 << 20));
     c->add_option("--kv-memory-mib", o.kv_memory_mib, "memory for the KV cache (default cpu 1024, gpu half the free memory)")->check(CLI::Range(1.0, 1e9));
-    c->add_option("--max-seq-len", o.max_seq_len, "prompt + completion limit per request (default cpu 2048, gpu the model's context)")->check(CLI::Range(int64_t(2), int64_t(1) << 30));
+    c->add_option("--max-seq-len", o.max_seq_len,
+                  "prompt + completion limit per request (default cpu 2048, gpu the model's context; more than the model's "
+                  "context is honoured: RoPE extrapolates)")->check(CLI::Range(int64_t(2), int64_t(1) << 30));
     c->add_option("--threads", o.threads, "CPU threads (0: all cores)");
     c->add_option("--max-waiting", o.max_waiting, "requests waiting for admission at most")->check(CLI::Range(0, 1 << 20));
     c->add_flag("--no-graphs", o.no_graphs, "GPU: do not capture decode steps in CUDA graphs");

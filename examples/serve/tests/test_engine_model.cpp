@@ -1,10 +1,12 @@
 // The engine on SmolLM2-135M with the CPU backend (label model): a request's tokens do not depend
 // on what else is in the batch (greedy and a fixed seed, short prompts and prompts read in several
 // chunks), and they are the tokens smollm2's own Model gives when driven one sequence at a time.
+// On a synthetic Llama: a request longer than the model's trained context, within --max-seq-len.
 #include <doctest/doctest.h>
 
 #include "backend.hpp"
 #include "engine_runs.hpp"
+#include "gguf_writer.hpp"  // tests/model: a synthetic Llama
 #include "tokenizer.hpp"
 
 namespace {
@@ -101,4 +103,39 @@ TEST_CASE("SmolLM2 on the CPU backend: a fixed-seed request read in chunks gives
   CHECK(loaded.max_batch_seen == 4);
   REQUIRE(alone.size() == 12);
   CHECK(loaded.tokens[1] == alone);
+}
+
+TEST_CASE("a request longer than the model's trained context runs when the maximum sequence length allows it") {
+  // A synthetic Llama trained for 128 tokens (tests/model/gguf_writer.hpp), served up to 512: the
+  // capacity plan keeps 512, the engine admits a 300-token request and the CPU backend runs it past
+  // position 128 (RoPE table and cache sized by the maximum, not by the context). With a maximum of
+  // 256 the same request is refused at submission.
+  smollm2_test::TinyLlamaSpec spec;
+  spec.context = 128;
+  const smollm2::GgufFile file(smollm2_test::write_bytes(SERVE_WORK "/tiny_llama_context128.gguf", smollm2_test::tiny_llama_model(spec)));
+  const smollm2::LlamaConfig lc = smollm2::read_llama_config(file);
+  REQUIRE(lc.context == 128);
+  const serve::FormatChoice f = serve::choose_format("int4");
+  const serve::CapacityPlan plan = serve::plan_capacity(lc, f, 64ull << 20, 2, 512);
+  CHECK(plan.max_seq_len == 512);
+  serve::EngineConfig cfg;
+  cfg.max_batch = 2;
+  cfg.token_budget = 256;
+  cfg.page = f.format.page;
+  cfg.residual = f.format.residual;
+  cfg.max_seq_len = plan.max_seq_len;
+  cfg.num_pages = std::min<int64_t>(plan.num_pages, 2 * 512 / 64);
+  auto backend = serve::make_cpu_backend(file, f, cfg.max_batch, cfg.max_seq_len, 2);
+  serve::RequestSpec r;
+  for (int i = 0; i < 280; ++i) r.prompt.push_back(int32_t((i * 37 + 11) % spec.vocab));
+  r.max_tokens = 20;
+  r.ignore_eos = true;
+  const Run out = run(*backend, cfg, {r}, {0});
+  REQUIRE(out.tokens[0].size() == 20);
+  for (int32_t t : out.tokens[0]) CHECK((t >= 0 && t < spec.vocab));
+  cfg.max_seq_len = 256;
+  serve::Engine shorter(*backend, cfg);
+  std::string why;
+  CHECK(shorter.submit(r, nullptr, &why) == 0);
+  CHECK(why.find("maximum sequence length 256") != std::string::npos);
 }

@@ -443,9 +443,13 @@ TEST_CASE("capacity plan: the formats' pages, tokens per sequence against bf16, 
   // INT2 holds about 5x the tokens of "none" (3 bits against 16 an element, hot windows aside).
   CHECK(int2.num_pages > 5 * none.num_pages);
   CHECK(int2.tokens_per_seq > 4 * none.tokens_per_seq);
-  // A request may use the whole pool (capped by the model's context).
-  CHECK(none.max_seq_len == std::min<int64_t>(8192, none.num_pages * 64 + 128 + 63));
-  CHECK(int2.max_seq_len == 8192);
+  // A request may use the whole pool, up to the maximum asked for, beyond the model's trained
+  // context (8,192) too: RoPE extrapolates.
+  CHECK(none.max_seq_len == std::min<int64_t>(100000, none.num_pages * 64 + 128 + 63));
+  CHECK(int2.max_seq_len == std::min<int64_t>(100000, int2.num_pages * 64 + 128 + 63));
+  CHECK(int2.max_seq_len > 8192);
+  CHECK(serve::plan_capacity(m, serve::choose_format("int2"), budget, 8, 36864).max_seq_len == 36864);
+  CHECK(serve::plan_capacity(m, serve::choose_format("int2"), budget, 8, 8192).max_seq_len == 8192);
   CHECK(none.summary.find("bf16 would allow") != std::string::npos);
   // Not even the hot windows fit: refused with the reason.
   CHECK_THROWS_WITH_AS(serve::plan_capacity(m, serve::choose_format("int2"), 1 << 20, 8, 2048),
