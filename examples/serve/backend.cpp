@@ -61,8 +61,9 @@ CapacityPlan plan_capacity(const smollm2::LlamaConfig& m, const FormatChoice& f,
   p.tokens_per_seq = kvq::tokens_that_fit(budget, max_batch, shape, f.format);
   p.bf16_tokens_per_seq = int64_t(double(budget) / double(max_batch) / kvq::bytes_per_token_dense(shape));
   // One request may hold the whole pool (admission reserves pages per request, not an even split).
+  // The model's trained context is no limit: RoPE extrapolates (the caller warns).
   const int64_t longest = p.num_pages * f.format.page + f.format.residual + f.format.page - 1;
-  p.max_seq_len = std::min<int64_t>({m.context, max_seq_len, longest});
+  p.max_seq_len = std::min<int64_t>(max_seq_len, longest);
   char line[512];
   std::snprintf(line, sizeof line,
                 "KV cache %s: %.0f MiB for %d sequences -> %lld tokens per sequence fit (bf16 would allow %lld, x%.2f); "

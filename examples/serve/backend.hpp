@@ -34,9 +34,10 @@ struct CapacityPlan {
   int64_t num_pages = 0;            // cold pages of the pool
   int64_t tokens_per_seq = 0;       // kvq::tokens_that_fit(budget, max_batch)
   int64_t bf16_tokens_per_seq = 0;  // the same budget as a dense bf16 cache
-  int64_t max_seq_len = 0;          // min(the model's context, the request maximum, what the whole pool holds)
+  int64_t max_seq_len = 0;          // min(the request maximum, what the whole pool holds)
   std::string summary;              // the start-up line
 };
+// max_seq_len: prompt + completion of one request, which may exceed the model's trained context.
 // Throws smollm2::Error when not even the hot windows of max_batch sequences fit.
 CapacityPlan plan_capacity(const smollm2::LlamaConfig& model, const FormatChoice& f, uint64_t budget_bytes, int max_batch,
                            int64_t max_seq_len);

@@ -2,12 +2,15 @@
 // on one stream, bf16 cuBLAS GEMMs, kvq through kvq::Handle, decode-only steps as CUDA graphs.
 #include "backend_gpu.hpp"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <memory>
 
 #include <kvq/kvq.hpp>
 #include <kvq/runtime/handle.hpp>
@@ -127,6 +130,110 @@ std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
+
+// ---- GEMMs ------------------------------------------------------------------------------------
+
+// y[rows][out] (=|+=) x[rows][in] . W^T (W [out][in] and x bf16, y fp32, fp32 accumulation) through
+// cuBLASLt with ONE kernel for every row count. cublasGemmEx's heuristic picks a kernel by the
+// problem's size, split-K and stream-K ones among them, which cut the sum over `in` at places that
+// depend on the row count: a row's result would depend on what else is in the step. Pinned here:
+// the heuristic's fastest kernel for max_rows rows among those that split no K (SPLITK_NUM 1, no
+// reduction, no workspace, hence no stream-K fix-up either), checked for 1 and max_rows rows. Each
+// output element is then one CTA's sum over K in the kernel's own order whatever the row count.
+// The price: small steps (decode) run a kernel tiled for large ones, without split-K parallelism.
+// pinned() is false where cuBLASLt offers no such kernel.
+class PinnedGemm {
+ public:
+  PinnedGemm(cublasLtHandle_t lt, int out, int in, int max_rows) : lt_(lt) {
+    try {
+      describe(out, in, max_rows);
+      pinned_ = choose(max_rows);
+    } catch (...) {
+      destroy();
+      throw;
+    }
+  }
+  ~PinnedGemm() { destroy(); }
+  PinnedGemm(const PinnedGemm&) = delete;
+  PinnedGemm& operator=(const PinnedGemm&) = delete;
+
+  bool pinned() const { return pinned_; }
+  void run(const kvq::bf16* w, const kvq::bf16* x, int rows, float* y, bool accumulate, cudaStream_t stream) {
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    set_rows(rows);
+    cublas_check(cublasLtMatmul(lt_, op_, &one, w, w_, x, x_, &beta, y, y_, y, y_, &algo_, nullptr, 0, stream),
+                 "cublasLtMatmul (bf16)");
+  }
+
+ private:
+  // cuBLAS's column-major view of the row-major operands: W^T is in x out (ld in), x is in x rows,
+  // y is out x rows.
+  void describe(int out, int in, int max_rows) {
+    cublas_check(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const int32_t trans_w = CUBLAS_OP_T, trans_x = CUBLAS_OP_N;
+    cublas_check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w, sizeof trans_w), "cuBLASLt TRANSA");
+    cublas_check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_x, sizeof trans_x), "cuBLASLt TRANSB");
+    cublas_check(cublasLtMatrixLayoutCreate(&w_, CUDA_R_16BF, uint64_t(in), uint64_t(out), int64_t(in)), "cuBLASLt layout");
+    cublas_check(cublasLtMatrixLayoutCreate(&x_, CUDA_R_16BF, uint64_t(in), uint64_t(max_rows), int64_t(in)), "cuBLASLt layout");
+    cublas_check(cublasLtMatrixLayoutCreate(&y_, CUDA_R_32F, uint64_t(out), uint64_t(max_rows), int64_t(out)), "cuBLASLt layout");
+  }
+  void set_rows(int rows) {
+    const uint64_t cols = uint64_t(rows);
+    cublas_check(cublasLtMatrixLayoutSetAttribute(x_, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols), "cuBLASLt rows");
+    cublas_check(cublasLtMatrixLayoutSetAttribute(y_, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols), "cuBLASLt rows");
+  }
+  static bool splits_k(const cublasLtMatmulAlgo_t& algo) {
+    int32_t splits = 0;
+    uint32_t reduction = 0;
+    size_t written = 0;
+    return cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits, &written) !=
+               CUBLAS_STATUS_SUCCESS ||
+           cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof reduction,
+                                                &written) != CUBLAS_STATUS_SUCCESS ||
+           splits > 1 || reduction != CUBLASLT_REDUCTION_SCHEME_NONE;
+  }
+  bool runs_with(const cublasLtMatmulAlgo_t& algo, int rows) {
+    set_rows(rows);
+    cublasLtMatmulHeuristicResult_t r{};
+    return cublasLtMatmulAlgoCheck(lt_, op_, w_, x_, y_, y_, &algo, &r) == CUBLAS_STATUS_SUCCESS && r.workspaceSize == 0;
+  }
+  bool choose(int max_rows) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublas_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    const uint64_t no_workspace = 0;
+    const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &no_workspace, sizeof no_workspace);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction, sizeof no_reduction);
+    constexpr int kAsk = 16;
+    cublasLtMatmulHeuristicResult_t found[kAsk] = {};
+    int n = 0;
+    set_rows(max_rows);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, op_, w_, x_, y_, y_, pref, kAsk, found, &n);
+    cublasLtMatmulPreferenceDestroy(pref);
+    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < n; ++i) {
+      const cublasLtMatmulAlgo_t& a = found[i].algo;
+      if (found[i].state != CUBLAS_STATUS_SUCCESS || found[i].workspaceSize != 0 || splits_k(a)) continue;
+      if (!runs_with(a, 1) || !runs_with(a, max_rows)) continue;
+      algo_ = a;
+      return true;
+    }
+    return false;
+  }
+  void destroy() {
+    if (y_) cublasLtMatrixLayoutDestroy(y_);
+    if (x_) cublasLtMatrixLayoutDestroy(x_);
+    if (w_) cublasLtMatrixLayoutDestroy(w_);
+    if (op_) cublasLtMatmulDescDestroy(op_);
+    y_ = x_ = w_ = nullptr;
+    op_ = nullptr;
+  }
+
+  cublasLtHandle_t lt_;
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t w_ = nullptr, x_ = nullptr, y_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+  bool pinned_ = false;
+};
 
 struct Weights {
   DeviceBuffer<float> attn_norm, ffn_norm;
@@ -275,16 +382,10 @@ class GpuBackend final : public Backend {
       c.sink_v = DeviceBuffer<kvq::bf16>(sink);
       cache_.push_back(std::move(c));
     }
-    // Plans for the largest step (the workspace covers every smaller one; checked per call).
-    // Plans: decode for every batch size (kept: the graphs and eager steps use them), prefill for
-    // the largest steps; one workspace of the largest.
+    // Plans: decode for every batch size that has one of its own (kept: the graphs and eager steps
+    // use them), prefill for the largest steps; one workspace of the largest.
     size_t ws = 256;
-    for (int nd = 1; nd <= cfg_.max_batch; ++nd) {
-      kvq::DecodePlan p;
-      kvq_check(kvq_.plan_decode(decode_shape(nd), &p), "kvq plan_decode");
-      ws = std::max(ws, p.workspace_bytes);
-      decode_plans_.emplace(nd, p);
-    }
+    for (int nd = 1; nd <= cfg_.max_batch; ++nd) ws = std::max(ws, decode_plan(nd).workspace_bytes);
     for (int np : {1, cfg_.max_batch}) {
       kvq::PrefillPlan pp;
       kvq_check(kvq_.plan_prefill(prefill_shape(np, cfg_.token_budget, cfg_.token_budget), &pp), "kvq plan_prefill");
@@ -310,6 +411,7 @@ class GpuBackend final : public Backend {
       layers_.push_back(std::move(w));
     }
     rope_ = to_device(smollm2::rope_table(lc_, cfg_.max_seq_len));
+    if (opt_.batch_invariant) pin_gemms();
 
     // Step buffers at their largest (fixed addresses for the graphs).
     const size_t rows = size_t(cfg_.token_budget), seqs = size_t(cfg_.max_batch);
@@ -342,8 +444,11 @@ class GpuBackend final : public Backend {
     if (flags_host_.p) cudaFreeHost(flags_host_.p);
     logits_host_.p = nullptr;
     flags_host_.p = nullptr;
+    pins_ = Pins{};
+    if (lt_) cublasLtDestroy(lt_);
     if (blas_) cublasDestroy(blas_);
     if (stream_) cudaStreamDestroy(stream_);
+    lt_ = nullptr;
     blas_ = nullptr;
     stream_ = nullptr;
   }
@@ -354,19 +459,46 @@ class GpuBackend final : public Backend {
   kvq::PrefillShape prefill_shape(int seqs, int max_chunk, int total) const {
     return kvq::PrefillShape{seqs, lc_.n_head, lc_.n_kv_head, cfg_.residual, cfg_.max_seq_len, max_chunk, total};
   }
+  // The decode plan of a step of nd sequences. Batch-invariant: the plan of the largest batch at
+  // every size. A plan cuts each sequence's tokens into splits by the planned batch (fewer
+  // sequences, more and shorter splits, to fill the GPU) and the splits' partial sums merge in that
+  // order, so per-size plans would give a sequence other bits in another batch. The price: a small
+  // batch of long sequences runs with the few splits of a full one (less parallel, slower).
   const kvq::DecodePlan& decode_plan(int nd) {
-    auto it = decode_plans_.find(nd);
+    const int planned = opt_.batch_invariant ? cfg_.max_batch : nd;
+    auto it = decode_plans_.find(planned);
     if (it == decode_plans_.end()) {
       kvq::DecodePlan p;
-      kvq_check(kvq_.plan_decode(decode_shape(nd), &p), "kvq plan_decode");
-      if (p.workspace_bytes > workspace_.n) throw Error("gpu backend: decode workspace larger than planned");
-      it = decode_plans_.emplace(nd, p).first;
+      kvq_check(kvq_.plan_decode(decode_shape(planned), &p), "kvq plan_decode");
+      // (No workspace yet while load() sizes it from these plans.)
+      if (workspace_.p && p.workspace_bytes > workspace_.n) throw Error("gpu backend: decode workspace larger than planned");
+      it = decode_plans_.emplace(planned, p).first;
     }
     return it->second;
   }
 
-  // y[rows][out] (=|+=) x[rows][in] . W^T; W [out][in] and x bf16, y fp32, fp32 accumulation.
-  void gemm(const kvq::bf16* x, int rows, int in, const kvq::bf16* w, int out, float* y, bool accumulate) {
+  // Batch-invariant GEMMs: one cuBLASLt kernel for every row count of each projection (PinnedGemm);
+  // a projection without one keeps cublasGemmEx, and the start-up line says so.
+  void pin_gemms() {
+    cublas_check(cublasLtCreate(&lt_), "cublasLtCreate");
+    const int d = lc_.d_model, kvd = lc_.n_kv_head * kD, ff = lc_.d_ff, rows = cfg_.token_budget;
+    pins_.qkv = std::make_unique<PinnedGemm>(lt_, d + 2 * kvd, d, rows);
+    pins_.wo = std::make_unique<PinnedGemm>(lt_, d, d, rows);
+    pins_.gate_up = std::make_unique<PinnedGemm>(lt_, 2 * ff, d, rows);
+    pins_.down = std::make_unique<PinnedGemm>(lt_, d, ff, rows);
+    pins_.head = std::make_unique<PinnedGemm>(lt_, lc_.vocab, d, cfg_.max_batch);
+    int pinned = 0;
+    for (const auto* g : {&pins_.qkv, &pins_.wo, &pins_.gate_up, &pins_.down, &pins_.head}) pinned += (*g)->pinned();
+    std::fprintf(stderr, "kvq_serve: GPU steps batch-invariant: decode planned for %d sequences at every batch size; %d of 5 GEMMs "
+                         "with one cuBLASLt kernel for every row count%s\n",
+                 cfg_.max_batch, pinned, pinned == 5 ? "" : " (the others: cublasGemmEx, whose results may depend on the batch)");
+  }
+
+  // y[rows][out] (=|+=) x[rows][in] . W^T; W [out][in] and x bf16, y fp32, fp32 accumulation;
+  // through `pin` where it holds a kernel (batch-invariant steps), else cublasGemmEx.
+  void gemm(const std::unique_ptr<PinnedGemm>& pin, const kvq::bf16* x, int rows, int in, const kvq::bf16* w, int out, float* y,
+            bool accumulate) {
+    if (pin && pin->pinned()) return pin->run(w, x, rows, y, accumulate, stream_);
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     cublas_check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
                               &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -410,7 +542,7 @@ class GpuBackend final : public Backend {
     for (int l = 0; l < lc_.n_layer; ++l) {
       const Weights& w = layers_[size_t(l)];
       rmsnorm_kernel<<<rows, kNormThreads, 0, stream_>>>(x_.p, nullptr, d, w.attn_norm.p, lc_.rms_eps, h_.p);
-      gemm(h_.p, rows, d, w.qkv.p, d + 2 * kvd, qkv_.p, false);
+      gemm(pins_.qkv, h_.p, rows, d, w.qkv.p, d + 2 * kvd, qkv_.p, false);
       const uint64_t seed = kvq::layer_rotation_seed(l);
       rope_split_kernel<<<rows, 128, size_t(nq + 2 * lc_.n_kv_head) * kD * sizeof(float), stream_>>>(
           qkv_.p, nq, lc_.n_kv_head, m + meta_.pos, rope_.p, fmt_.format.rotate, seed, q16_.p, k16_.p, v16_.p);
@@ -450,15 +582,15 @@ class GpuBackend final : public Backend {
                   "kvq prefill");
       }
       if (fmt_.format.rotate) unrotate_kernel<<<(rows * nq + 127) / 128, 128, 0, stream_>>>(att16_.p, rows * nq, seed);
-      gemm(att16_.p, rows, d, w.wo.p, d, x_.p, true);
+      gemm(pins_.wo, att16_.p, rows, d, w.wo.p, d, x_.p, true);
       rmsnorm_kernel<<<rows, kNormThreads, 0, stream_>>>(x_.p, nullptr, d, w.ffn_norm.p, lc_.rms_eps, h_.p);
-      gemm(h_.p, rows, d, w.gate_up.p, 2 * ff, gu_.p, false);
+      gemm(pins_.gate_up, h_.p, rows, d, w.gate_up.p, 2 * ff, gu_.p, false);
       swiglu_kernel<<<grid_for(size_t(rows) * ff), 256, 0, stream_>>>(gu_.p, rows, ff, act_.p);
-      gemm(act_.p, rows, ff, w.down.p, d, x_.p, true);
+      gemm(pins_.down, act_.p, rows, ff, w.down.p, d, x_.p, true);
     }
     if (picked > 0) {
       rmsnorm_kernel<<<picked, kNormThreads, 0, stream_>>>(x_.p, m + meta_.pick, d, out_norm_.p, lc_.rms_eps, sel_.p);
-      gemm(sel_.p, picked, d, lc_.tied_output ? embed_.p : lm_head_.p, lc_.vocab, logits_.p, false);
+      gemm(pins_.head, sel_.p, picked, d, lc_.tied_output ? embed_.p : lm_head_.p, lc_.vocab, logits_.p, false);
     }
     cuda_check(cudaGetLastError(), "step kernels");
   }
@@ -501,6 +633,10 @@ class GpuBackend final : public Backend {
   kvq::Handle kvq_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  struct Pins {
+    std::unique_ptr<PinnedGemm> qkv, wo, gate_up, down, head;
+  } pins_;  // batch-invariant steps only
   int sms_ = 0;
   DeviceBuffer<uint8_t> blas_ws_, workspace_;
   std::vector<CacheLayer> cache_;

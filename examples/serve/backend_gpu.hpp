@@ -28,6 +28,12 @@ std::string gpu_name();
 
 struct GpuOptions {
   bool graphs = true;  // capture decode-only steps in CUDA graphs
+  // A request's rows give the same bits whatever else the step holds: one kvq decode plan (the
+  // largest batch's) for every batch size and one cuBLASLt kernel per projection for every row
+  // count (backend_gpu.cu says why and what it costs). false: a plan per batch size and cuBLAS's
+  // choice per call, faster for few long sequences, but a fixed-seed request's tokens may then
+  // depend on the batch.
+  bool batch_invariant = true;
 };
 
 // Throws smollm2::Error when no GPU is usable, the format has no kernels in this binary, or the

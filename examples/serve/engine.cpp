@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "gguf.hpp"  // smollm2::Error
@@ -21,39 +22,72 @@ const char* finish_name(Finish f) {
   }
 }
 
-double Rng::uniform() {
+uint64_t Rng::next() {
   uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return double(z >> 11) * (1.0 / 9007199254740992.0);
+  return z ^ (z >> 31);
 }
 
+double Rng::uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
+
+namespace {
+
+// The tokens of the top-p nucleus: the smallest set of likeliest tokens (ties by id) whose
+// probability at temperature T reaches top_p. All of them when top_p >= 1.
+std::vector<char> nucleus(const float* logits, int vocab, const SamplingParams& p, float top) {
+  std::vector<char> keep(size_t(vocab), 1);
+  if (!(p.top_p < 1.0f)) return keep;
+  const double inv_t = 1.0 / double(p.temperature);
+  std::vector<std::pair<double, int32_t>> probs(static_cast<size_t>(vocab));
+  double total = 0.0;
+  for (int i = 0; i < vocab; ++i) {
+    const double e = std::exp((double(logits[i]) - double(top)) * inv_t);
+    probs[size_t(i)] = {e, int32_t(i)};
+    total += e;
+  }
+  std::sort(probs.begin(), probs.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  const double top_p = std::max(double(p.top_p), 1e-9);
+  std::fill(keep.begin(), keep.end(), 0);
+  double mass = 0.0;
+  for (size_t k = 0; k < probs.size() && (k == 0 || mass < top_p * total); ++k) {
+    mass += probs[k].first;
+    keep[size_t(probs[k].second)] = 1;
+  }
+  return keep;
+}
+
+// Gumbel(0, 1) noise of token `id` for the draw `key`: -log(-log(u)), u in (0, 1) a hash of both.
+double gumbel(uint64_t key, int32_t id) {
+  Rng h(key ^ (uint64_t(uint32_t(id)) * 0xd1b54a32d192ed03ull));
+  const double u = (double(h.next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  return -std::log(-std::log(u));
+}
+
+}  // namespace
+
+// Gumbel-max: the token of the nucleus maximising logit / T + G(id), with G a hash of one draw of
+// the request's stream and the token id: a draw from softmax(logits / T) over the nucleus. Why not
+// one uniform against the cumulative distribution: a change of the logits in their last bits
+// (another batch on a GPU) reorders near-equal probabilities, of which a flat distribution has
+// many, and moves every boundary after them, so the draw often lands on another token; here the
+// token changes only when the two best perturbed scores are closer than the change (README.md).
 int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, Rng& rng) {
   int32_t best = 0;
   for (int i = 1; i < vocab; ++i)
     if (logits[i] > logits[best]) best = i;
   if (!(p.temperature > 0.0f)) return best;
-  // Probabilities at temperature T, likeliest first (ties by id), cut at top_p, then one draw.
-  const double inv_t = 1.0 / double(p.temperature), top = double(logits[best]);
-  std::vector<std::pair<double, int32_t>> probs(static_cast<size_t>(vocab));
-  double total = 0.0;
+  const std::vector<char> keep = nucleus(logits, vocab, p, logits[best]);
+  const uint64_t key = rng.next();
+  const double inv_t = 1.0 / double(p.temperature);
+  int32_t pick = best;
+  double pick_score = -std::numeric_limits<double>::infinity();
   for (int i = 0; i < vocab; ++i) {
-    const double e = std::exp((double(logits[i]) - top) * inv_t);
-    probs[size_t(i)] = {e, int32_t(i)};
-    total += e;
+    if (!keep[size_t(i)]) continue;
+    const double score = double(logits[i]) * inv_t + gumbel(key, int32_t(i));
+    if (score > pick_score) pick_score = score, pick = int32_t(i);
   }
-  std::sort(probs.begin(), probs.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-  const double top_p = std::clamp(double(p.top_p), 1e-9, 1.0);
-  double mass = 0.0;
-  size_t keep = 0;
-  while (keep < probs.size() && (keep == 0 || mass < top_p * total)) mass += probs[keep++].first;
-  double u = rng.uniform() * mass;
-  for (size_t i = 0; i < keep; ++i) {
-    u -= probs[i].first;
-    if (u < 0.0) return probs[i].second;
-  }
-  return probs[keep - 1].second;
+  return pick;
 }
 
 namespace {
@@ -106,6 +140,11 @@ Engine::Engine(Backend& backend, const EngineConfig& config, Detokenizer detok)
   if (cfg_.max_batch < 1 || cfg_.token_budget <= cfg_.max_batch || cfg_.page <= 0 || cfg_.residual < 0 ||
       cfg_.residual % cfg_.page != 0 || cfg_.num_pages < 0 || cfg_.max_seq_len < 2 || cfg_.max_waiting < 0)
     throw Error("engine: inconsistent configuration (max_batch >= 1, token_budget > max_batch, R a multiple of the page)");
+  if (cfg_.prefill_chunk == 0) cfg_.prefill_chunk = cfg_.token_budget - cfg_.max_batch;
+  // The oldest prompt's next chunk must fit beside a full decode batch, or it could wait forever.
+  if (cfg_.prefill_chunk < 1 || cfg_.prefill_chunk > cfg_.token_budget - cfg_.max_batch)
+    throw Error("engine: prefill_chunk must be in [1, token_budget - max_batch] (" +
+                std::to_string(cfg_.token_budget - cfg_.max_batch) + ")");
   for (int s = cfg_.max_batch - 1; s >= 0; --s) free_slots_.push_back(s);
   for (int64_t p = cfg_.num_pages - 1; p >= 0; --p) free_pages_.push_back(int32_t(p));
   stats_.pages_free = cfg_.num_pages;
@@ -182,6 +221,11 @@ void Engine::admit_locked() {
   }
 }
 
+int Engine::next_chunk(const Seq& s) const {
+  // Prompts are fed whole chunks from the start, so `prefilled` is on the grid.
+  return int(std::min<size_t>(size_t(cfg_.prefill_chunk), s.spec.prompt.size() - s.prefilled));
+}
+
 void Engine::finish(Seq& s, Finish reason, const std::string& error) {
   s.done = true;
   s.reason = reason;
@@ -238,8 +282,8 @@ bool Engine::step() {
   }
   for (auto& s : dropped) finish(*s, Finish::kCancelled);
 
-  // The step: every decoding sequence's pending token, then prompt chunks in admission order
-  // while the budget lasts.
+  // The step: every decoding sequence's pending token, then the next prompt chunk of each sequence
+  // still reading its prompt, in admission order, where it fits in what is left of the budget.
   std::vector<StepSeq> decode, prefill;
   std::vector<Seq*> dseq, pseq;
   int budget = cfg_.token_budget;
@@ -252,8 +296,9 @@ bool Engine::step() {
   }
   for (auto& sp : running_) {
     Seq& s = *sp;
-    if (s.done || s.prefilled >= s.spec.prompt.size() || budget <= 0) continue;
-    const int n = int(std::min<size_t>(size_t(budget), s.spec.prompt.size() - s.prefilled));
+    if (s.done || s.prefilled >= s.spec.prompt.size()) continue;
+    const int n = next_chunk(s);
+    if (n > budget) continue;  // waits: a smaller piece would cut the prompt elsewhere than alone
     budget -= n;
     const bool completes = s.prefilled + size_t(n) == s.spec.prompt.size();
     prefill.push_back(StepSeq{s.slot, s.len, s.spec.prompt.data() + s.prefilled, n, &s.pages, completes});

@@ -4,6 +4,13 @@
 // Backend (the CPU backend: smollm2's model on kvq's host reference; the GPU backend: one
 // kvq::Handle call per layer for the decode tokens and one for the prefill chunks, engine_gpu.hpp).
 //
+// Chunked prefill: a prompt is read in chunks of EngineConfig::prefill_chunk tokens, [0, C),
+// [C, 2C), ..., the same cuts alone and under any load. Where a prompt is cut changes its result
+// (in kvq's chunked-prefill contract a chunk's queries share one cold boundary, so with a quantized
+// cache a token may see a neighbour quantized in one cut and exact in another): with cuts that
+// follow the budget left over, a fixed-seed request would sample other tokens under load. A chunk
+// that does not fit in what is left of a step's budget waits for the next step.
+//
 // Admission: a waiting request starts when a hot-window slot is free and the page allocator can
 // reserve every cold page it may ever need (kvq::cold_pages_for(prompt + max_tokens), the capacity
 // planner's count); until then it waits, first come first served. A request that could never fit
@@ -90,6 +97,9 @@ using Detokenizer = std::function<std::string(const std::vector<int32_t>&)>;
 struct EngineConfig {
   int max_batch = 8;           // hot-window slots: sequences running at once
   int token_budget = 8192;     // tokens per step: decode tokens + prefill chunks
+  // Prompt tokens per chunk: a prompt is cut at multiples of it, whatever else runs (0:
+  // token_budget - max_batch, the largest chunk that always fits beside a full decode batch).
+  int prefill_chunk = 0;
   int64_t num_pages = 0;       // cold pages of the pool (every layer: one page id serves all layers)
   int page = 64, residual = 128;
   int64_t max_seq_len = 2048;  // prompt + max_tokens of one request
@@ -104,14 +114,17 @@ struct EngineStats {
   int max_running_seen = 0;
 };
 
-// Samples a token from a row of logits (exposed for tests).
+// A request's random stream: splitmix64, the same on every platform.
 class Rng {
  public:
   explicit Rng(uint64_t seed) : s_(seed) {}
-  double uniform();  // [0, 1), splitmix64: the same on every platform
+  uint64_t next();
+  double uniform();  // [0, 1)
  private:
   uint64_t s_;
 };
+// Samples a token from a row of logits (exposed for tests), one draw of rng per token: greedy, or
+// Gumbel-max over the top-p nucleus (see engine.cpp).
 int32_t sample_token(const float* logits, int vocab, const SamplingParams& p, Rng& rng);
 
 class Engine {
@@ -153,6 +166,7 @@ class Engine {
  private:
   struct Seq;
   void admit_locked();
+  int next_chunk(const Seq& s) const;  // prompt tokens of s's next chunk (on the prefill_chunk grid)
   void finish(Seq& s, Finish reason, const std::string& error = "");
   void on_token(Seq& s, int32_t token, Event& ev);
   void run();

@@ -14,7 +14,9 @@
 # DURATION (seconds of load per format, 25), KV_MIB (KV-cache memory, 4096: the same for every
 # format, so the formats differ in how many sequences fit), MAX_BATCH (128), PROMPT_LENS
 # ("1024,2048,3072,4096"), MAX_TOKENS (128), MAX_SEQ_LEN (the server's --max-seq-len; default the
-# model's context), SKIP_AGREEMENT=1 (skip the GPU-vs-CPU greedy check), BUILD (build-serve), ARCH (90a-real), SERVE_BIN (a
+# model's context), BATCH_VARIANT=1 (the server's --batch-variant: per-batch-size decode plans and
+# cuBLAS's own GEMM choice, to compare with the default batch-invariant steps), SKIP_AGREEMENT=1
+# (skip the GPU-vs-CPU greedy check), BUILD (build-serve), ARCH (90a-real), SERVE_BIN (a
 # kvq_serve built beforehand for this commit: skips the build), BUILD_ONLY=1 (stop after the build:
 # the model is not needed for it, so it can run in a device call of its own).
 set -uo pipefail
@@ -99,7 +101,7 @@ PY
 for fmt in $FORMATS; do
   log "format $fmt: starting the server"
   KVQ_KV_FORMAT=$fmt "$serve" serve --model "$model" --device gpu --port 0 --max-batch "$MAX_BATCH" --kv-memory-mib "$KV_MIB" \
-    --max-concurrent $((CONCURRENCY + 8)) --shutdown-grace 5 ${MAX_SEQ_LEN:+--max-seq-len $MAX_SEQ_LEN} > "$OUT/server_$fmt.out" 2> "$OUT/server_$fmt.err" &
+    --max-concurrent $((CONCURRENCY + 8)) --shutdown-grace 5 ${MAX_SEQ_LEN:+--max-seq-len $MAX_SEQ_LEN} ${BATCH_VARIANT:+--batch-variant} > "$OUT/server_$fmt.out" 2> "$OUT/server_$fmt.err" &
   pid=$!
   url=""
   for _ in $(seq 1 240); do
@@ -111,11 +113,11 @@ for fmt in $FORMATS; do
   if [ -z "$url" ]; then
     log "format $fmt: the server did not start"; tail -5 "$OUT/server_$fmt.err"; kill $pid 2>/dev/null; wait $pid 2>/dev/null; continue
   fi
-  head -n2 "$OUT/server_$fmt.err" | tee -a "$OUT/run.log"
+  head -n3 "$OUT/server_$fmt.err" | tee -a "$OUT/run.log"
   timeout $((DURATION + 120)) python3 bench/serve_load.py --url "$url" --format "$fmt" --gpu "${gpu:-unknown}" --commit "$commit" \
     --concurrency "$CONCURRENCY" --requests "$REQUESTS" --duration "$DURATION" --prompt-lens "$PROMPT_LENS" \
     --max-tokens "$MAX_TOKENS" --check --timeout $((DURATION + 90)) --csv "$OUT/serving.csv" \
-    --server "max_batch=$MAX_BATCH kv_mib=$KV_MIB budget=8192${MAX_SEQ_LEN:+ max_seq_len=$MAX_SEQ_LEN}" 2>&1 | tee -a "$OUT/run.log" || log "format $fmt: load generator failed"
+    --server "max_batch=$MAX_BATCH kv_mib=$KV_MIB budget=8192${MAX_SEQ_LEN:+ max_seq_len=$MAX_SEQ_LEN}${BATCH_VARIANT:+ batch_variant}" 2>&1 | tee -a "$OUT/run.log" || log "format $fmt: load generator failed"
   kill -TERM $pid 2>/dev/null
   timeout 40 tail --pid=$pid -f /dev/null || { log "format $fmt: server did not stop; killing it"; kill -KILL $pid 2>/dev/null; }
   wait $pid 2>/dev/null

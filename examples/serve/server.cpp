@@ -37,10 +37,10 @@ using smollm2::Error;
 
 struct Options {
   std::string model, device = "cpu", format;
-  int max_batch = 0, token_budget = 8192, threads = 0, max_waiting = 1024;
+  int max_batch = 0, token_budget = 8192, prefill_chunk = 0, threads = 0, max_waiting = 1024;
   double kv_memory_mib = 0;
-  int64_t max_seq_len = 0;  // 0: cpu 2048, gpu the model's context
-  bool no_graphs = false;
+  int64_t max_seq_len = 0;  // 0: cpu 2048, gpu the model's context; beyond the context: honoured, with a warning
+  bool no_graphs = false, batch_variant = false;
   // serve
   std::string host = "127.0.0.1", served_name;
   int port = 8000, max_concurrent = 256, default_max_tokens = 256;
@@ -92,6 +92,7 @@ Stack build(const Options& o) {
   s.plan = serve::plan_capacity(lc, s.format, budget, max_batch, o.max_seq_len > 0 ? o.max_seq_len : gpu ? lc.context : 2048);
   s.cfg.max_batch = max_batch;
   s.cfg.token_budget = o.token_budget;
+  s.cfg.prefill_chunk = o.prefill_chunk;
   s.cfg.page = s.format.format.page;
   s.cfg.residual = s.format.format.residual;
   s.cfg.max_seq_len = s.plan.max_seq_len;
@@ -103,14 +104,18 @@ Stack build(const Options& o) {
   if (s.tok->eos() >= 0 && std::find(s.cfg.eos.begin(), s.cfg.eos.end(), s.tok->eos()) == s.cfg.eos.end())
     s.cfg.eos.push_back(s.tok->eos());
   std::fprintf(stderr, "kvq_serve: %s, %s; %s\n", o.model.c_str(), device_line.c_str(), s.plan.summary.c_str());
-  std::fprintf(stderr, "kvq_serve: %d slots, token budget %d per step, %lld cold pages in the pool\n", max_batch, o.token_budget,
-               (long long)s.cfg.num_pages);
+  if (s.cfg.max_seq_len > lc.context)
+    std::fprintf(stderr, "kvq_serve: warning: requests up to %lld tokens, beyond the model's trained context of %lld: RoPE "
+                 "extrapolates, quality beyond %lld tokens is not guaranteed\n",
+                 (long long)s.cfg.max_seq_len, (long long)lc.context, (long long)lc.context);
 #ifdef SERVE_HAVE_GPU
-  if (gpu) s.backend = serve::make_gpu_backend(*s.file, s.format, s.cfg, serve::GpuOptions{!o.no_graphs});
+  if (gpu) s.backend = serve::make_gpu_backend(*s.file, s.format, s.cfg, serve::GpuOptions{!o.no_graphs, !o.batch_variant});
 #endif
   if (!gpu) s.backend = serve::make_cpu_backend(*s.file, s.format, max_batch, s.cfg.max_seq_len, o.threads);
   const smollm2::Tokenizer* tok = s.tok.get();
   s.engine = std::make_unique<serve::Engine>(*s.backend, s.cfg, [tok](const std::vector<int32_t>& t) { return tok->decode(t); });
+  std::fprintf(stderr, "kvq_serve: %d slots, token budget %d per step, prompts in chunks of %d, %lld cold pages in the pool\n",
+               max_batch, o.token_budget, s.engine->config().prefill_chunk, (long long)s.cfg.num_pages);
   s.model_name = o.served_name;
   if (s.model_name.empty()) {
     const std::string base = o.model.substr(o.model.find_last_of('/') + 1);
@@ -394,11 +399,19 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"int2", "int4", "int8", "k4v2", "none"}));
     c->add_option("--max-batch", o.max_batch, "hot-window slots: sequences running at once (default cpu 8, gpu 128)")->check(CLI::Range(1, 4096));
     c->add_option("--token-budget", o.token_budget, "tokens per step (decode + prefill chunks)")->check(CLI::Range(2, 1 << 20));
+    c->add_option("--prefill-chunk", o.prefill_chunk,
+                  "prompt tokens per prefill chunk: prompts are cut at its multiples whatever the load (default token budget - max batch)")
+        ->check(CLI::Range(1, 1 << 20));
     c->add_option("--kv-memory-mib", o.kv_memory_mib, "memory for the KV cache (default cpu 1024, gpu half the free memory)")->check(CLI::Range(1.0, 1e9));
-    c->add_option("--max-seq-len", o.max_seq_len, "prompt + completion limit per request (default cpu 2048, gpu the model's context)")->check(CLI::Range(int64_t(2), int64_t(1) << 30));
+    c->add_option("--max-seq-len", o.max_seq_len,
+                  "prompt + completion limit per request (default cpu 2048, gpu the model's context; more than the model's "
+                  "context is honoured: RoPE extrapolates)")->check(CLI::Range(int64_t(2), int64_t(1) << 30));
     c->add_option("--threads", o.threads, "CPU threads (0: all cores)");
     c->add_option("--max-waiting", o.max_waiting, "requests waiting for admission at most")->check(CLI::Range(0, 1 << 20));
     c->add_flag("--no-graphs", o.no_graphs, "GPU: do not capture decode steps in CUDA graphs");
+    c->add_flag("--batch-variant", o.batch_variant,
+                "GPU: a decode plan per batch size and cuBLAS's GEMM choice per step (faster for few long sequences; "
+                "a fixed-seed request's tokens may then depend on the batch)");
   };
   CLI::App* srv = app.add_subcommand("serve", "run the HTTP server until SIGINT / SIGTERM");
   common(srv);

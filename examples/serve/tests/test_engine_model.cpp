@@ -1,61 +1,23 @@
 // The engine on SmolLM2-135M with the CPU backend (label model): a request's tokens do not depend
-// on what else is in the batch (greedy and a fixed seed), and they are the tokens smollm2's own
-// Model gives when driven one sequence at a time.
+// on what else is in the batch (greedy and a fixed seed, short prompts and prompts read in several
+// chunks), and they are the tokens smollm2's own Model gives when driven one sequence at a time.
+// On a synthetic Llama: a request longer than the model's trained context, within --max-seq-len.
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "backend.hpp"
+#include "engine_runs.hpp"
+#include "gguf_writer.hpp"  // tests/model: a synthetic Llama
 #include "tokenizer.hpp"
 
 namespace {
 
-const smollm2::GgufFile& model_file() {
-  static std::unique_ptr<smollm2::GgufFile> f = [] {
-    std::string path;
-    if (const char* env = std::getenv("SMOLLM2_GGUF")) {
-      path = env;
-    } else {
-      std::ifstream in(SERVE_MODEL_PATH_FILE);
-      REQUIRE_MESSAGE(bool(in), "cannot open " << SERVE_MODEL_PATH_FILE);
-      std::getline(in, path);
-    }
-    return std::make_unique<smollm2::GgufFile>(path);
-  }();
-  return *f;
-}
+using serve_test::model_file;
+using serve_test::Run;
+using serve_test::run;
 
 std::string chat(const std::string& user) {
   return "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
          "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
-}
-
-struct Run {
-  std::vector<std::vector<int32_t>> tokens;
-  int max_batch_seen = 0;
-};
-
-// Submits requests (request i after `delay[i]` steps), steps until idle.
-Run run(serve::Backend& backend, const serve::EngineConfig& cfg, const std::vector<serve::RequestSpec>& reqs,
-        const std::vector<int>& delay) {
-  serve::Engine engine(backend, cfg);
-  Run out;
-  out.tokens.resize(reqs.size());
-  size_t next = 0;
-  for (int step = 0;; ++step) {
-    while (next < reqs.size() && delay[next] <= step) {
-      std::string why;
-      const size_t i = next++;
-      REQUIRE(engine.submit(reqs[i], [&out, i](const serve::Event& ev) {
-        out.tokens[i].insert(out.tokens[i].end(), ev.tokens.begin(), ev.tokens.end());
-      }, &why) != 0);
-    }
-    const bool worked = engine.step();
-    out.max_batch_seen = std::max(out.max_batch_seen, int(engine.last_step().size()));
-    if (!worked && next == reqs.size()) break;
-  }
-  return out;
 }
 
 }  // namespace
@@ -109,4 +71,71 @@ TEST_CASE("SmolLM2 on the CPU backend: batched outputs equal each request alone 
       CHECK(got == alone[i]);
     }
   }
+}
+
+TEST_CASE("SmolLM2 on the CPU backend: a fixed-seed request read in chunks gives the same tokens alone and under load") {
+  // bench/serve_load.py --check in small: a sampled request with a fixed seed and a prompt of random
+  // token ids longer than a step's budget, alone, then joining while three other requests (other
+  // prompts, greedy and sampled) prefill and decode. The budget left beside them differs from step
+  // to step; the prompt must still be read in the same chunks, since with a quantized cache the cut
+  // changes what each token's attention sees (kvq's chunk contract).
+  std::mt19937 gen(11);
+  std::vector<serve::RequestSpec> reqs(4);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt = serve_test::noise_prompt(gen, i == 1 ? 300 : 60 + 70 * int(i));
+    reqs[i].max_tokens = i == 1 ? 12 : 20;
+    reqs[i].ignore_eos = true;
+    reqs[i].sampling = i == 1 ? serve::SamplingParams{0.8f, 1.0f, 7} : serve::SamplingParams{0.8f * float(i % 2), 0.9f, 100 + i};
+  }
+  // INT4: a quantized cache, where the cut matters (with "none" the CPU gives the same tokens for
+  // any cut).
+  const serve::FormatChoice f = serve::choose_format("int4");
+  serve::EngineConfig cfg;
+  cfg.max_batch = 4;
+  cfg.token_budget = 100;  // the prompts (60 to 300 tokens) take one to four steps
+  cfg.page = f.format.page;
+  cfg.residual = f.format.residual;
+  cfg.max_seq_len = 512;
+  cfg.num_pages = 32;
+  auto backend = serve::make_cpu_backend(model_file(), f, cfg.max_batch, cfg.max_seq_len, 2);
+  const std::vector<int32_t> alone = run(*backend, cfg, {reqs[1]}, {0}).tokens[0];
+  const Run loaded = run(*backend, cfg, reqs, {0, 2, 3, 6});
+  CHECK(loaded.max_batch_seen == 4);
+  REQUIRE(alone.size() == 12);
+  CHECK(loaded.tokens[1] == alone);
+}
+
+TEST_CASE("a request longer than the model's trained context runs when the maximum sequence length allows it") {
+  // A synthetic Llama trained for 128 tokens (tests/model/gguf_writer.hpp), served up to 512: the
+  // capacity plan keeps 512, the engine admits a 300-token request and the CPU backend runs it past
+  // position 128 (RoPE table and cache sized by the maximum, not by the context). With a maximum of
+  // 256 the same request is refused at submission.
+  smollm2_test::TinyLlamaSpec spec;
+  spec.context = 128;
+  const smollm2::GgufFile file(smollm2_test::write_bytes(SERVE_WORK "/tiny_llama_context128.gguf", smollm2_test::tiny_llama_model(spec)));
+  const smollm2::LlamaConfig lc = smollm2::read_llama_config(file);
+  REQUIRE(lc.context == 128);
+  const serve::FormatChoice f = serve::choose_format("int4");
+  const serve::CapacityPlan plan = serve::plan_capacity(lc, f, 64ull << 20, 2, 512);
+  CHECK(plan.max_seq_len == 512);
+  serve::EngineConfig cfg;
+  cfg.max_batch = 2;
+  cfg.token_budget = 256;
+  cfg.page = f.format.page;
+  cfg.residual = f.format.residual;
+  cfg.max_seq_len = plan.max_seq_len;
+  cfg.num_pages = std::min<int64_t>(plan.num_pages, 2 * 512 / 64);
+  auto backend = serve::make_cpu_backend(file, f, cfg.max_batch, cfg.max_seq_len, 2);
+  serve::RequestSpec r;
+  for (int i = 0; i < 280; ++i) r.prompt.push_back(int32_t((i * 37 + 11) % spec.vocab));
+  r.max_tokens = 20;
+  r.ignore_eos = true;
+  const Run out = run(*backend, cfg, {r}, {0});
+  REQUIRE(out.tokens[0].size() == 20);
+  for (int32_t t : out.tokens[0]) CHECK((t >= 0 && t < spec.vocab));
+  cfg.max_seq_len = 256;
+  serve::Engine shorter(*backend, cfg);
+  std::string why;
+  CHECK(shorter.submit(r, nullptr, &why) == 0);
+  CHECK(why.find("maximum sequence length 256") != std::string::npos);
 }

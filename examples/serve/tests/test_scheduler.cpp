@@ -1,11 +1,13 @@
 // The scheduler of examples/serve on a scripted backend: its "model" answers with logits that are a
-// hash of everything the slot's cache holds, and it checks every step against what the engine
-// promised (positions, the token budget, page ids owned by one sequence each, the block-table row
-// holding every page the append turns cold).
+// hash of everything the slot's cache holds and of where it was cut into steps (as with kvq's
+// chunked prefill, where a chunk's queries share one cold boundary), and it checks every step
+// against what the engine promised (positions, the token budget, page ids owned by one sequence
+// each, the block-table row holding every page the append turns cold).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <set>
 
 #include "engine.hpp"
@@ -29,7 +31,8 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 class ScriptedBackend final : public serve::Backend {
  public:
-  explicit ScriptedBackend(const EngineConfig& c) : cfg_(c), history_(size_t(c.max_batch)), cold_(size_t(c.max_batch), 0) {}
+  explicit ScriptedBackend(const EngineConfig& c)
+      : cfg_(c), history_(size_t(c.max_batch)), cuts_(size_t(c.max_batch)), cold_(size_t(c.max_batch), 0) {}
   int vocab() const override { return kVocab; }
 
   void forward(const std::vector<StepSeq>& decode, const std::vector<StepSeq>& prefill, std::vector<float>& logits) override {
@@ -46,6 +49,7 @@ class ScriptedBackend final : public serve::Backend {
         auto& h = history_[size_t(s.slot)];
         REQUIRE(int64_t(h.size()) == s.pos);
         h.insert(h.end(), s.tokens, s.tokens + s.count);
+        cuts_[size_t(s.slot)].push_back(int64_t(h.size()));
         tokens += s.count;
         cold_[size_t(s.slot)] = kvq::cold_after(int64_t(h.size()), cold_[size_t(s.slot)], cfg_.residual, cfg_.page);
         REQUIRE(int64_t(s.pages->size()) == cold_[size_t(s.slot)] / cfg_.page);  // exactly the cold pages
@@ -66,11 +70,13 @@ class ScriptedBackend final : public serve::Backend {
         if (!s.want_logits) continue;
         uint64_t h = 1;
         for (int32_t t : history_[size_t(s.slot)]) h = mix(h, uint64_t(t));
+        for (int64_t cut : cuts_[size_t(s.slot)]) h = mix(h, uint64_t(cut));
         for (int v = 0; v < kVocab; ++v) logits.push_back(float(mix(h, uint64_t(v)) % 1000) / 100.0f);
       }
   }
   void release(int slot) override {
     history_[size_t(slot)].clear();
+    cuts_[size_t(slot)].clear();
     cold_[size_t(slot)] = 0;
     pages_.erase(slot);
   }
@@ -80,6 +86,7 @@ class ScriptedBackend final : public serve::Backend {
  private:
   EngineConfig cfg_;
   std::vector<std::vector<int32_t>> history_;
+  std::vector<std::vector<int64_t>> cuts_;  // per slot: its length after each step
   std::vector<int64_t> cold_;
   std::map<int, std::vector<int32_t>> pages_;
 };
@@ -152,28 +159,44 @@ std::vector<int32_t> alone(const EngineConfig& c, const RequestSpec& r) {
 
 }  // namespace
 
-TEST_CASE("chunked prefill stays under the token budget and outputs match each request run alone") {
-  const EngineConfig c = small_config();
+TEST_CASE("chunked prefill: prompts cut on the chunk grid under the token budget, outputs equal each request alone") {
+  EngineConfig c = small_config();
+  c.prefill_chunk = 8;
   const std::vector<RequestSpec> reqs = {request(40, 6, 1), request(10, 9, 2), request(5, 3, 3), request(23, 12, 4)};
   Harness h(c);
   for (const auto& r : reqs) h.submit(r);
-  REQUIRE(h.engine.step());
-  // First step: no decode yet; the first prompt's first 16 tokens fill the budget.
-  REQUIRE(h.engine.last_step().size() == 1);
-  CHECK(h.engine.last_step()[0].count == 16);
-  CHECK_FALSE(h.engine.last_step()[0].decode);
-  REQUIRE(h.engine.step());
-  CHECK(h.engine.last_step()[0].count == 16);
-  REQUIRE(h.engine.step());
-  // 8 tokens finish the first prompt, 8 go to the second (a piece of a prompt in the same step).
+  // Every prompt piece is the request's next chunk of the grid: min(8, what is left of its prompt).
+  std::map<uint64_t, size_t> fed;
+  auto step = [&] {
+    const bool worked = h.engine.step();
+    for (const auto& e : h.engine.last_step()) {
+      if (e.decode) continue;
+      const size_t i = size_t(std::find(h.ids.begin(), h.ids.end(), e.id) - h.ids.begin());
+      CHECK(size_t(e.count) == std::min<size_t>(8, reqs[i].prompt.size() - fed[e.id]));
+      fed[e.id] += size_t(e.count);
+    }
+    return worked;
+  };
+  REQUIRE(step());
+  // First step: no decode yet; a chunk of the first prompt and one of the second fill the budget.
   REQUIRE(h.engine.last_step().size() == 2);
   CHECK(h.engine.last_step()[0].count == 8);
   CHECK(h.engine.last_step()[1].count == 8);
-  REQUIRE(h.engine.step());
-  // Now the first sequence decodes (first in the step) and prefill gets the other 15 tokens.
+  REQUIRE(step());
+  // The second prompt's last 2 tokens and the third prompt whole; the fourth prompt's first chunk
+  // (8) does not fit in the 1 token left and waits, rather than be cut elsewhere than alone.
+  REQUIRE(h.engine.last_step().size() == 3);
+  CHECK(h.engine.last_step()[1].count == 2);
+  CHECK(h.engine.last_step()[2].count == 5);
+  REQUIRE(step());
+  // The second and third sequences decode (first in the step), the first prompt gets its third
+  // chunk, and the fourth still waits (6 left).
+  REQUIRE(h.engine.last_step().size() == 3);
   CHECK(h.engine.last_step()[0].decode);
-  CHECK(h.engine.last_step()[0].count == 1);
-  h.run();
+  CHECK(h.engine.last_step()[1].decode);
+  CHECK(h.engine.last_step()[2].count == 8);
+  while (step()) {
+  }
   CHECK(h.backend.max_tokens == 16);
   for (size_t i = 0; i < reqs.size(); ++i) {
     CHECK(h.results[i].reason == Finish::kLength);
@@ -185,6 +208,11 @@ TEST_CASE("chunked prefill stays under the token budget and outputs match each r
   CHECK(st.pages_free == c.num_pages);
   CHECK(st.pages_reserved == 0);
   CHECK(st.prefill_tokens == 78);
+  // A chunk must fit beside a full decode batch (16 - 4 here), or the oldest prompt could wait forever.
+  EngineConfig wide = small_config();
+  wide.prefill_chunk = 13;
+  ScriptedBackend b(wide);
+  CHECK_THROWS_WITH(Engine(b, wide), doctest::Contains("prefill_chunk"));
 }
 
 TEST_CASE("a request waits while the pages are short and is admitted when they come back") {
@@ -374,6 +402,25 @@ TEST_CASE("sample_token: greedy, top-p and temperature") {
   for (int i = 0; i < 10; ++i) CHECK(a.uniform() == b.uniform());
 }
 
+TEST_CASE("sample_token: logits that differ in their last bits give the same draws") {
+  // A flat distribution (many near-equal probabilities, as after a prompt of random tokens) and the
+  // same logits moved by up to 1e-4 (a GPU's sums in another order): each seed draws the same token.
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> flat(0.0f, 2.0f), nudge(-1e-4f, 1e-4f);
+  std::vector<float> a(4096), b(4096);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = flat(gen);
+    b[i] = a[i] + nudge(gen);
+  }
+  int changed = 0;
+  for (uint64_t seed = 0; seed < 500; ++seed) {
+    const serve::SamplingParams p{0.8f, 1.0f, seed};
+    serve::Rng ra(seed), rb(seed);
+    changed += serve::sample_token(a.data(), 4096, p, ra) != serve::sample_token(b.data(), 4096, p, rb);
+  }
+  CHECK(changed <= 2);  // about 0.1 expected: the two best perturbed scores within 2.5e-4
+}
+
 #include "backend.hpp"
 
 TEST_CASE("capacity plan: the formats' pages, tokens per sequence against bf16, the longest request") {
@@ -396,9 +443,13 @@ TEST_CASE("capacity plan: the formats' pages, tokens per sequence against bf16, 
   // INT2 holds about 5x the tokens of "none" (3 bits against 16 an element, hot windows aside).
   CHECK(int2.num_pages > 5 * none.num_pages);
   CHECK(int2.tokens_per_seq > 4 * none.tokens_per_seq);
-  // A request may use the whole pool (capped by the model's context).
-  CHECK(none.max_seq_len == std::min<int64_t>(8192, none.num_pages * 64 + 128 + 63));
-  CHECK(int2.max_seq_len == 8192);
+  // A request may use the whole pool, up to the maximum asked for, beyond the model's trained
+  // context (8,192) too: RoPE extrapolates.
+  CHECK(none.max_seq_len == std::min<int64_t>(100000, none.num_pages * 64 + 128 + 63));
+  CHECK(int2.max_seq_len == std::min<int64_t>(100000, int2.num_pages * 64 + 128 + 63));
+  CHECK(int2.max_seq_len > 8192);
+  CHECK(serve::plan_capacity(m, serve::choose_format("int2"), budget, 8, 36864).max_seq_len == 36864);
+  CHECK(serve::plan_capacity(m, serve::choose_format("int2"), budget, 8, 8192).max_seq_len == 8192);
   CHECK(none.summary.find("bf16 would allow") != std::string::npos);
   // Not even the hot windows fit: refused with the reason.
   CHECK_THROWS_WITH_AS(serve::plan_capacity(m, serve::choose_format("int2"), 1 << 20, 8, 2048),

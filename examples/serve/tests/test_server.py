@@ -8,7 +8,10 @@ Starts the server on 127.0.0.1 (a free port it picks and prints), then:
   - three identical requests at once: each equals the one run alone;
   - JSON errors: bad JSON, a field of the wrong type, a prompt longer than the maximum, an unknown
     model or route, too many concurrent requests (429; the streams then closed by the client);
-  - SIGTERM with a stream in flight: the stream finishes, the server exits with status 0.
+  - SIGTERM with a stream in flight: the stream finishes, the server exits with status 0;
+  - --max-seq-len beyond the model's trained context (8,192): a warning at start, the limit in
+    /v1/models, a request of more than 8,192 tokens admitted (its stream then closed), more than the
+    limit refused.
 """
 import argparse
 import json
@@ -71,6 +74,33 @@ def generate(server, model, prompt, extra):
     cmd = [server, "generate", "--model", model, "--max-batch", "4", "--prompt", prompt] + extra
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def long_context(server, model, env, prompt):
+    """--max-seq-len 9000, beyond SmolLM2's trained context of 8,192 tokens: honoured, with a warning."""
+    proc = subprocess.Popen([server, "serve", "--model", model, "--port", "0", "--max-batch", "1", "--kv-memory-mib", "256",
+                             "--max-seq-len", "9000", "--shutdown-grace", "10"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        base = proc.stdout.readline().split("listening on ")[1].split()[0]
+        st, models = get(base, "/v1/models")
+        check(st == 200 and models["data"][0]["max_model_len"] == 9000, "--max-seq-len 9000: max_model_len 9000")
+        body = {"prompt": prompt, "max_tokens": 8900, "temperature": 0, "ignore_eos": True, "stream": True}
+        with open_stream(base, "/v1/completions", body) as resp:
+            first = read_events(resp, limit=1)
+        check(first and first[0] != "DONE" and "error" not in first[0] and first[0]["choices"],
+              "a request of more than 8,192 tokens is admitted and streams (then closed)")
+        st, r = post(base, "/v1/completions", {"prompt": prompt, "max_tokens": 9000})
+        check(st == 400 and r["error"]["code"] == "context_length_exceeded", "more than 9000 tokens -> 400")
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+        err = proc.stderr.read()
+        check(rc == 0 and err.count("beyond the model's trained context of 8192") == 1 and "not guaranteed" in err,
+              "--max-seq-len 9000: one warning line at start, exit status 0")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def main():
@@ -186,10 +216,12 @@ def main():
         rc = proc.wait(timeout=60)
         err = proc.stderr.read()
         check(rc == 0 and "SIGTERM" in err and "stopped" in err, "SIGTERM: exit status 0 (rc %d)" % rc)
+        check("trained context" not in err, "--max-seq-len within the model's context: no warning")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    long_context(a.server, model, env, p1)
     if FAILURES:
         print("%d check(s) failed" % len(FAILURES))
         return 1
