@@ -22,6 +22,8 @@ const char* kUsage =
     "  --device cpu|gpu                    cpu (default): fp32 on the CPU, kvq's host reference cache;\n"
     "                                      gpu: cuBLAS GEMMs and kvq's append/decode/prefill kernels (page 64,\n"
     "                                      Gk = Gv = 32 only; needs a build with CUDA and a GPU)\n"
+    "  --attention-out fp32|bf16           CPU: the attention output kept in fp32 (default) or rounded to bf16,\n"
+    "                                      as kvq's kernels write it (the GPU backend's precision; the GPU: bf16)\n"
     "cache flags:\n"
     "  --format none|int8|int4|int2|k4v2   KV cache format (k4v2: INT4 keys, INT2 values; default none)\n"
     "  --gk N --gv N                       INT2/INT4 group sizes: keys per channel over N tokens, values per\n"
@@ -91,7 +93,8 @@ Args parse(int argc, char** argv) {
   static const char* known[] = {"model", "device", "format", "gk", "gv", "residual", "page", "attention", "threads", "max-context",
                                 "csv", "text", "window", "windows", "start", "chunk", "batch", "lengths", "depths",
                                 "trials", "seed", "prompt", "passage", "max-new", "rotate", "sinks", "key-clip", "key-clip-from", "ablate-kv",
-                                "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis", "query-stride", "passkey-prompt"};
+                                "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis", "query-stride", "passkey-prompt",
+                                "attention-out"};
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -144,6 +147,9 @@ int run(int argc, char** argv) {
   const int64_t max_context = a.num("max-context", cfg.context);
   const std::string device = a.str("device", "cpu");
   if (device != "cpu" && device != "gpu") throw Error("--device must be cpu or gpu");
+  const std::string attention_out = a.str("attention-out", device == "gpu" ? "bf16" : "fp32");
+  if (attention_out != "fp32" && attention_out != "bf16") throw Error("--attention-out must be fp32 or bf16");
+  if (device == "gpu" && attention_out != "bf16") throw Error("--attention-out fp32: the GPU backend writes the attention output in bf16");
 #ifndef SMOLLM2_HAVE_GPU
   if (device == "gpu") throw Error("--device gpu: this binary was built without CUDA (nvcc was not found at configure time)");
 #endif
@@ -154,7 +160,7 @@ int run(int argc, char** argv) {
 #ifdef SMOLLM2_HAVE_GPU
     if (device == "gpu") return make_gpu_model(file, s, seqs, len);
 #endif
-    return make_cpu_model(file, s, seqs, len, threads);
+    return make_cpu_model(file, s, seqs, len, threads, attention_out == "bf16");
   };
   std::vector<CsvRow> rows;
   if (a.command == "info") {

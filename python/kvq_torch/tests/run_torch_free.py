@@ -20,8 +20,8 @@ try:
     import torch  # noqa: F401
     torch_note = ""
 except ImportError:
-    torch_note = ("skipped: test_cpu_ops.py, test_gpu_ops.py, test_rotation.py (torch is not installed here; they run where "
-                  "kvq_torch is built: python/kvq_torch/run_gpu.sh)")
+    torch_note = ("skipped: test_cpu_ops.py, test_decode_runs.py, test_gpu_ops.py, test_rotation.py (torch is not "
+                  "installed here; they run where kvq_torch is built: python/kvq_torch/run_gpu.sh)")
 
 if have_pytest:
     code = pytest.main(["-q", str(here / "test_configs.py"), "-p", "no:cacheprovider"])

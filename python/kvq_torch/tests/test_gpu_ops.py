@@ -58,6 +58,12 @@ def test_append_decode_prefill_against_the_reference(kvq, cuda, head_dim, q_head
         gpu, cpu = mirror(kvq, cuda, fmt, kv_heads=kv_heads, head_dim=head_dim, q_heads=q_heads, max_seqs=3,
                           max_seq_len=1024)
         run_both(kvq, gpu, cpu, [[97, 211, 5], [1, 16, 3], [150, 1, 33], [2, 2, 2]], seed=head_dim)
+        # The HF example's steps (run.py, chunks of 256): a one-token decode step that turns a page
+        # cold (its attention quantizes the page on the fly: the transition kernel), 64-token runs
+        # each turning one page cold, decode steps of several lengths (each its own plan).
+        gpu, cpu = mirror(kvq, cuda, fmt, kv_heads=kv_heads, head_dim=head_dim, q_heads=q_heads, max_seqs=3,
+                          max_seq_len=1024)
+        run_both(kvq, gpu, cpu, [[191, 255, 190], [1, 1, 1], [64, 64, 64], [1, 2, 16], [63, 1, 7]], seed=head_dim + 1)
 
 
 def test_sinks_and_mse_key_clip(kvq, cuda):

@@ -15,15 +15,16 @@ chunked prefill above, then the append). The model runs in fp32 like examples/sm
 
 Formats: none, int8, int4, int2, k4v2 (R = --residual, no sinks, min/max key groups, no rotation)
 and int2_rec, int4_rec, k4v2_rec: kvq's recommended formats (kvq::recommended_*(): R 128, 4 sinks,
-MSE-clipped key groups, rotation), the C++ engine's `--rotate on --sinks 4 --key-clip mse`. The
+min/max key groups, rotation), the C++ engine's `--rotate on --sinks 4`. The
 rotation is applied as examples/smollm2 applies it (model_gpu.cu): q, k and v of every head are
 rotated in fp32 after RoPE with the seed kvq::layer_rotation_seed(layer), then rounded to bf16; the
 attention output (bf16) is unrotated in fp32.
 
 `--attention decode` (default, as the C++ engine's default) cuts each chunk into the runs over which
 token-by-token decoding and kvq's chunk contract agree (examples/smollm2/kv_cache.cpp,
-attention_calls); `--attention reference` is one call per chunk. Perplexity is compared with the C++
-engine's GPU logs (bench/results/accuracy_gpu_logs, or --cxx-log-dir) when they exist.
+attention_calls; tests/test_decode_runs.py checks on the CPU that the runs equal token-by-token
+decoding bit for bit); `--attention reference` is one call per chunk. Perplexity is compared with
+the C++ engine's GPU logs (bench/results/accuracy_gpu_logs, or --cxx-log-dir) when they exist.
 """
 import argparse
 import math
@@ -46,8 +47,8 @@ ROOT = here.parents[3]
 CACHE_DIR = Path(os.environ.get("SMOLLM2_CACHE", Path.home() / ".cache" / "kvq-smollm2"))
 FORMATS = {"none": ("none", "none"), "int8": ("int8", "int8"), "int4": ("int4", "int4"), "int2": ("int2", "int2"),
            "k4v2": ("int4", "int2")}
-# kvq::recommended_*() (kvq_torch.CacheFormat.recommended_*): rotation, 4 sinks, MSE key clipping;
-# the C++ engine's `--rotate on --sinks 4 --key-clip mse`.
+# kvq::recommended_*() (kvq_torch.CacheFormat.recommended_*): rotation, 4 sinks, min/max key groups;
+# the C++ engine's `--rotate on --sinks 4`.
 RECOMMENDED = {"int2_rec": kvq_torch.CacheFormat.recommended_int2, "int4_rec": kvq_torch.CacheFormat.recommended_int4,
                "k4v2_rec": kvq_torch.CacheFormat.recommended_k4v2}
 PROMPTS = ["What is the capital of France, and what is it famous for?",
