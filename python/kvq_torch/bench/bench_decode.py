@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Decode attention through kvq_torch (torch.ops.kvq.decode) against PyTorch SDPA on dense bf16
-K/V (and FlashInfer's paged decode when it is importable), on the decode grid of
+K/V and FlashInfer's paged decode of bf16 pages (when flashinfer is importable; its output is
+checked against fp32 attention first), on the decode grid of
 bench/decode_bench.cuh: bf16, head dim 128, 32 query / 8 KV heads, page 64, R 128, one new token.
 
 The cell is the C++ benchmark's (bench/decode_bench.cuh, DecodeCase::run): BATCHxTOKENS means
@@ -57,6 +58,45 @@ def cxx_time(path, fmt, batch, tokens, gpu):
     return None
 
 
+def flashinfer_decode(batch, tokens, page=64):
+    """FlashInfer's paged decode (BatchDecodeWithPagedKVCacheWrapper, NHD layout) over dense bf16
+    pages of `page` tokens holding `tokens` tokens per sequence (32 query / 8 KV heads, D 128).
+    Returns (run, q, dense K of sequence 0 [8][tokens][128], dense V likewise)."""
+    import flashinfer
+    pages = (tokens + page - 1) // page
+    kv = torch.randn(batch * pages, 2, page, 8, 128, device="cuda", dtype=torch.bfloat16)
+    indptr = torch.arange(batch + 1, device="cuda", dtype=torch.int32) * pages
+    indices = torch.arange(batch * pages, device="cuda", dtype=torch.int32)
+    last = torch.full((batch,), tokens - (pages - 1) * page, device="cuda", dtype=torch.int32)
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+    w.plan(indptr, indices, last, 32, 8, 128, page, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+    q = torch.randn(batch, 32, 128, device="cuda", dtype=torch.bfloat16)
+    seq0 = kv[:pages].reshape(pages, 2, page, 8, 128)
+    k0 = seq0[:, 0].reshape(pages * page, 8, 128)[:tokens].transpose(0, 1)
+    v0 = seq0[:, 1].reshape(pages * page, 8, 128)[:tokens].transpose(0, 1)
+    return (lambda: w.run(q, kv)), q, k0, v0
+
+
+def flashinfer_us(batch, tokens, flush, iters):
+    """FlashInfer's time for the cell, after checking its output for sequence 0 against fp32
+    attention over the same K/V (bf16 tolerance). None (with the reason printed) if it fails."""
+    try:
+        run, q, k0, v0 = flashinfer_decode(batch, tokens)
+        out = run()
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q[:1].float().view(1, 32, 1, 128), k0.float()[None], v0.float()[None], enable_gqa=True).view(32, 128)
+        err = (out[0].float() - ref).abs().max().item()
+        if not err < 2e-2:
+            print("  ** FlashInfer output differs from the fp32 reference by %.3g: not timed" % err)
+            return None
+        del ref, k0, v0
+        return median_us(run, flush, iters, warmup=0)
+    except Exception as e:  # an API or build problem of the installed FlashInfer: reported, not hidden
+        print("  ** FlashInfer failed: %s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grid", default="1x4096,8x4096,1x131072,8x131072", help="BATCHxTOKENS,...")
@@ -77,11 +117,11 @@ def main():
         have_fi = False
     rows = []
     print("gpu: %s; FlashInfer %s" % (gpu, "importable" if have_fi else "not installed (skipped)"))
-    print("%-5s %6s %8s %12s %12s %12s %12s %9s" % ("fmt", "batch", "tokens", "eager_us", "graph_us", "cxx_us", "sdpa_us",
-                                                   "overhead"))
+    print("%-5s %6s %8s %12s %12s %12s %12s %12s %9s" % ("fmt", "batch", "tokens", "eager_us", "graph_us", "cxx_us",
+                                                        "sdpa_us", "flashinfer_us", "overhead"))
     for cell in a.grid.split(","):
         batch, tokens = (int(x) for x in cell.split("x"))
-        sdpa_us = None
+        sdpa_us = fi_us = None
         for name in a.formats.split(","):
             k, v = FMT[name]
             key = "bf16|128|64|%s|%s" % (k, v)
@@ -140,12 +180,17 @@ def main():
                 except torch.OutOfMemoryError:
                     sdpa_us = float("nan")
             torch.cuda.empty_cache()
+            if have_fi and fi_us is None:
+                fi_us = flashinfer_us(batch, tokens, flush, a.iters) or float("nan")
+                torch.cuda.empty_cache()
             cxx = cxx_time(a.cxx_csv, name, batch, tokens, gpu)
             over = (eager / cxx - 1) * 100 if cxx else float("nan")
-            print("%-5s %6d %8d %12.1f %12.1f %12s %12.1f %8.1f%%" % (name, batch, tokens, eager, graph,
-                                                                     "%.1f" % cxx if cxx else "-", sdpa_us, over))
+            print("%-5s %6d %8d %12.1f %12.1f %12s %12.1f %12s %8.1f%%" % (
+                name, batch, tokens, eager, graph, "%.1f" % cxx if cxx else "-", sdpa_us,
+                "%.1f" % fi_us if fi_us is not None else "-", over))
             rows.append(dict(format=name, batch=batch, tokens=tokens, eager_us=round(eager, 2), graph_us=round(graph, 2),
-                             cxx_us=cxx or "", sdpa_us=round(sdpa_us, 2), overhead_pct=round(over, 2),
+                             cxx_us=cxx or "", sdpa_us=round(sdpa_us, 2),
+                             flashinfer_us=round(fi_us, 2) if fi_us is not None else "", overhead_pct=round(over, 2),
                              split_tokens=mine["split_tokens"], max_splits=mine["max_splits"],
                              rows_per_cta=mine["rows_per_cta"], cxx_max_splits=theirs["max_splits"],
                              cxx_rows_per_cta=theirs["rows_per_cta"], gpu=gpu))
