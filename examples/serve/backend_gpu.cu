@@ -126,11 +126,6 @@ DeviceBuffer<float> to_device(const std::vector<float>& h) {
   return d;
 }
 
-std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 // ---- GEMMs ------------------------------------------------------------------------------------
 
 // y[rows][out] (=|+=) x[rows][in] . W^T (W [out][in] and x bf16, y fp32, fp32 accumulation) through
@@ -399,15 +394,14 @@ class GpuBackend final : public Backend {
     if (!lc_.tied_output) lm_head_ = to_device_bf16(f.dequantize("output.weight"));
     out_norm_ = to_device(f.dequantize("output_norm.weight"));
     for (int l = 0; l < lc_.n_layer; ++l) {
-      const std::string b = "blk." + std::to_string(l) + ".";
+      const smollm2::LayerWeights h = smollm2::read_layer_weights(f, l);
       Weights w;
-      w.attn_norm = to_device(f.dequantize(b + "attn_norm.weight"));
-      w.ffn_norm = to_device(f.dequantize(b + "ffn_norm.weight"));
-      w.qkv = to_device_bf16(concat(concat(f.dequantize(b + "attn_q.weight"), f.dequantize(b + "attn_k.weight")),
-                                    f.dequantize(b + "attn_v.weight")));
-      w.wo = to_device_bf16(f.dequantize(b + "attn_output.weight"));
-      w.gate_up = to_device_bf16(concat(f.dequantize(b + "ffn_gate.weight"), f.dequantize(b + "ffn_up.weight")));
-      w.down = to_device_bf16(f.dequantize(b + "ffn_down.weight"));
+      w.attn_norm = to_device(h.attn_norm);
+      w.ffn_norm = to_device(h.ffn_norm);
+      w.qkv = to_device_bf16(h.qkv);
+      w.wo = to_device_bf16(h.wo);
+      w.gate_up = to_device_bf16(h.gate_up);
+      w.down = to_device_bf16(h.down);
       layers_.push_back(std::move(w));
     }
     rope_ = to_device(smollm2::rope_table(lc_, cfg_.max_seq_len));

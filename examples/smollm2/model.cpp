@@ -65,6 +65,25 @@ void check_llama_tensors(const GgufFile& f, const LlamaConfig& cfg) {
   }
 }
 
+namespace {
+std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+}  // namespace
+
+LayerWeights read_layer_weights(const GgufFile& f, int layer) {
+  const std::string b = "blk." + std::to_string(layer) + ".";
+  LayerWeights w;
+  w.attn_norm = f.dequantize(b + "attn_norm.weight");
+  w.ffn_norm = f.dequantize(b + "ffn_norm.weight");
+  w.qkv = concat(concat(f.dequantize(b + "attn_q.weight"), f.dequantize(b + "attn_k.weight")), f.dequantize(b + "attn_v.weight"));
+  w.wo = f.dequantize(b + "attn_output.weight");
+  w.gate_up = concat(f.dequantize(b + "ffn_gate.weight"), f.dequantize(b + "ffn_up.weight"));
+  w.down = f.dequantize(b + "ffn_down.weight");
+  return w;
+}
+
 std::vector<float> rope_table(const LlamaConfig& cfg, int64_t positions) {
   // GGUF Llama weights are permuted for rotation of adjacent pairs (2i, 2i+1).
   const int half = cfg.head_dim / 2;
@@ -102,10 +121,6 @@ struct Layer {
   PackedMatrix qkv, wo, gate_up, down;
 };
 
-std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 class CpuModel final : public Model {
  public:
@@ -117,17 +132,14 @@ class CpuModel final : public Model {
     out_norm_ = f.dequantize("output_norm.weight");
     lm_head_ = PackedMatrix(cfg_.tied_output ? embed_.data() : f.dequantize("output.weight").data(), cfg_.vocab, d);
     for (int l = 0; l < cfg_.n_layer; ++l) {
-      const std::string b = "blk." + std::to_string(l) + ".";
+      const LayerWeights w = read_layer_weights(f, l);
       Layer L;
-      L.attn_norm = f.dequantize(b + "attn_norm.weight");
-      L.ffn_norm = f.dequantize(b + "ffn_norm.weight");
-      const std::vector<float> qkv =
-          concat(concat(f.dequantize(b + "attn_q.weight"), f.dequantize(b + "attn_k.weight")), f.dequantize(b + "attn_v.weight"));
-      L.qkv = PackedMatrix(qkv.data(), d + 2 * kvd, d);
-      L.wo = PackedMatrix(f.dequantize(b + "attn_output.weight").data(), d, d);
-      const std::vector<float> gu = concat(f.dequantize(b + "ffn_gate.weight"), f.dequantize(b + "ffn_up.weight"));
-      L.gate_up = PackedMatrix(gu.data(), 2 * ff, d);
-      L.down = PackedMatrix(f.dequantize(b + "ffn_down.weight").data(), d, ff);
+      L.attn_norm = w.attn_norm;
+      L.ffn_norm = w.ffn_norm;
+      L.qkv = PackedMatrix(w.qkv.data(), d + 2 * kvd, d);
+      L.wo = PackedMatrix(w.wo.data(), d, d);
+      L.gate_up = PackedMatrix(w.gate_up.data(), 2 * ff, d);
+      L.down = PackedMatrix(w.down.data(), d, ff);
       layers_.push_back(std::move(L));
     }
     cache_ = make_kv_cache(spec, cfg_.n_layer, cfg_.n_kv_head, cfg_.head_dim, max_seqs, max_len);

@@ -25,6 +25,12 @@ struct LlamaConfig {
 LlamaConfig read_llama_config(const GgufFile& file);
 // Checks every tensor's presence, type and shape (both backends, before loading). Throws Error.
 void check_llama_tensors(const GgufFile& file, const LlamaConfig& cfg);
+// One layer's weights in fp32, row-major [out][in], as every backend uses them: the norms, q|k|v
+// and gate|up fused (rows concatenated in that order), the output and down projections.
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm, qkv, wo, gate_up, down;
+};
+LayerWeights read_layer_weights(const GgufFile& file, int layer);
 // cos/sin of RoPE for positions [0, positions): [positions][head_dim / 2][2], rotating the
 // adjacent pairs (2i, 2i + 1) of GGUF's permuted Llama weights.
 std::vector<float> rope_table(const LlamaConfig& cfg, int64_t positions);

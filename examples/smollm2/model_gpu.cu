@@ -104,11 +104,6 @@ unsigned grid_for(size_t n) { return unsigned(std::min<size_t>((n + 255) / 256, 
 
 // ---- the model --------------------------------------------------------------------------------
 
-std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 DeviceBuffer<float> to_device(const std::vector<float>& h) {
   DeviceBuffer<float> d(h.size());
   cuda_check(cudaMemcpy(d.p, h.data(), h.size() * 4, cudaMemcpyHostToDevice), "weight upload");
@@ -148,15 +143,14 @@ class GpuModel final : public Model {
     lm_head_ = cfg_.tied_output ? DeviceBuffer<float>() : to_device(f.dequantize("output.weight"));
     out_norm_ = to_device(f.dequantize("output_norm.weight"));
     for (int l = 0; l < cfg_.n_layer; ++l) {
-      const std::string b = "blk." + std::to_string(l) + ".";
+      const LayerWeights w = read_layer_weights(f, l);
       GpuLayer L;
-      L.attn_norm = to_device(f.dequantize(b + "attn_norm.weight"));
-      L.ffn_norm = to_device(f.dequantize(b + "ffn_norm.weight"));
-      L.qkv = to_device(concat(concat(f.dequantize(b + "attn_q.weight"), f.dequantize(b + "attn_k.weight")),
-                               f.dequantize(b + "attn_v.weight")));
-      L.wo = to_device(f.dequantize(b + "attn_output.weight"));
-      L.gate_up = to_device(concat(f.dequantize(b + "ffn_gate.weight"), f.dequantize(b + "ffn_up.weight")));
-      L.down = to_device(f.dequantize(b + "ffn_down.weight"));
+      L.attn_norm = to_device(w.attn_norm);
+      L.ffn_norm = to_device(w.ffn_norm);
+      L.qkv = to_device(w.qkv);
+      L.wo = to_device(w.wo);
+      L.gate_up = to_device(w.gate_up);
+      L.down = to_device(w.down);
       layers_.push_back(std::move(L));
     }
     rope_ = to_device(rope_table(cfg_, cache_->capacity()));
