@@ -12,45 +12,37 @@
 
 KVQ_NAMESPACE_BEGIN
 
-template <class T>
-CacheView<T> typed_view(const CacheView<void>& c) {
-  CacheView<T> v;
+// A view with the same fields and the model-dtype pointers cast (void* <-> T*): one field list, so
+// that a field added to CacheView reaches both directions.
+template <class To, class From>
+CacheView<To> view_cast(const CacheView<From>& c) {
+  CacheView<To> v;
   v.cold = c.cold;
   v.num_pages = c.num_pages;
-  v.hot_k = static_cast<T*>(c.hot_k);
-  v.hot_v = static_cast<T*>(c.hot_v);
+  v.hot_k = static_cast<To*>(c.hot_k);
+  v.hot_v = static_cast<To*>(c.hot_v);
   v.num_slots = c.num_slots;
   v.residual = c.residual;
   v.num_kv_heads = c.num_kv_heads;
   v.block_table = c.block_table;
   v.max_pages_per_seq = c.max_pages_per_seq;
   v.hot_slot = c.hot_slot;
-  v.sink_k = static_cast<T*>(c.sink_k);
-  v.sink_v = static_cast<T*>(c.sink_v);
+  v.sink_k = static_cast<To*>(c.sink_k);
+  v.sink_v = static_cast<To*>(c.sink_v);
   v.sinks = c.sinks;
   v.key_clip = c.key_clip;
   return v;
 }
 
+template <class T>
+CacheView<T> typed_view(const CacheView<void>& c) {
+  return view_cast<T>(c);
+}
+
 // The inverse of typed_view: what an engine holding a typed view passes to a Handle.
 template <class T>
 CacheView<void> erased_view(const CacheView<T>& t) {
-  CacheView<void> v;
-  v.cold = t.cold;
-  v.num_pages = t.num_pages;
-  v.hot_k = t.hot_k;
-  v.hot_v = t.hot_v;
-  v.num_slots = t.num_slots;
-  v.residual = t.residual;
-  v.num_kv_heads = t.num_kv_heads;
-  v.block_table = t.block_table;
-  v.max_pages_per_seq = t.max_pages_per_seq;
-  v.hot_slot = t.hot_slot;
-  v.sink_k = t.sink_k;
-  v.sink_v = t.sink_v;
-  v.sinks = t.sinks;
-  v.key_clip = t.key_clip;
-  return v;
+  return view_cast<void>(t);
 }
 
 template <class T>
