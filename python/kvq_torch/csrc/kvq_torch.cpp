@@ -312,6 +312,13 @@ std::vector<int64_t> decode_plan_info_op(const Tensor& t) {
           int64_t(p.workspace_bytes)};
 }
 
+// K and V rows [n][num_kv_heads][head_dim] of the model dtype, as many of each (n -1: any number).
+void check_kv_rows(const char* op, const char* k_name, const Tensor& k, const char* v_name, const Tensor& v, const Config& cfg,
+                   const kvq::CacheView<void>& view, const at::Device& dev, int64_t n = -1) {
+  check_tensor(op, k_name, k, cfg.dtype, dev, {n, view.num_kv_heads, cfg.key.head_dim}, 16);
+  check_tensor(op, v_name, v, cfg.dtype, dev, {k.size(0), view.num_kv_heads, cfg.key.head_dim}, 16);
+}
+
 // ---- append -----------------------------------------------------------------------------------------
 
 void append_op(const std::string& config, Tensor& cold, Tensor& hot_k, Tensor& hot_v, const c10::optional<Tensor>& sink_k,
@@ -325,8 +332,7 @@ void append_op(const std::string& config, Tensor& cold, Tensor& hot_k, Tensor& h
       make_view(op, cfg, CacheArgs{cold, hot_k, hot_v, sink_k, sink_v, key_clip, block_table, hot_slot, seq_len, seq_cold}, &batch);
   const at::Device dev = hot_k.device();
   check_tensor(op, "cu_new", cu_new, at::kInt, dev, {batch + 1});
-  check_tensor(op, "new_k", new_k, cfg.dtype, dev, {-1, view.num_kv_heads, cfg.key.head_dim}, 16);
-  check_tensor(op, "new_v", new_v, cfg.dtype, dev, {new_k.size(0), view.num_kv_heads, cfg.key.head_dim}, 16);
+  check_kv_rows(op, "new_k", new_k, "new_v", new_v, cfg, view, dev);
   uint32_t* f = flags_ptr(op, flags, dev);
   if (max_new_tokens < 0 || max_new_tokens > INT32_MAX) refuse(op, kvq::Status::kInvalidShape, "max_new_tokens", "out of range");
   kvq::AppendBatch<void> a;
@@ -367,8 +373,7 @@ void attention_op(const char* op, bool decode, const std::string& config, const 
   if (q_heads % view.num_kv_heads != 0)
     refuse(op, kvq::Status::kInvalidShape, "q", "query heads " + std::to_string(q_heads) + " must be a multiple of KV heads " +
                                                      std::to_string(view.num_kv_heads));
-  check_tensor(op, "new_k", new_k, cfg.dtype, dev, {rows, view.num_kv_heads, D}, 16);
-  check_tensor(op, "new_v", new_v, cfg.dtype, dev, {rows, view.num_kv_heads, D}, 16);
+  check_kv_rows(op, "new_k", new_k, "new_v", new_v, cfg, view, dev, rows);
   check_tensor(op, "out", out, cfg.dtype, dev, {rows, q_heads, D}, 16);
   check_tensor(op, "workspace", workspace, at::kByte, dev, {-1}, on_cuda(hot_k) ? 256 : 1);  // the host reference needs none
   uint32_t* f = flags_ptr(op, flags, dev);
@@ -390,20 +395,19 @@ void attention_op(const char* op, bool decode, const std::string& config, const 
   int64_t planned_heads = 0, planned_kv = 0, planned_residual = 0;
   kvq::DecodePlan dplan{};
   kvq::PrefillPlan pplan{};
+  const auto read_bounds = [&](const auto& p) {  // a DecodePlan or a PrefillPlan: the same fields
+    max_q_len = p.shape.max_q_len, planned_batch = p.shape.batch, planned_rows = p.shape.total_q;
+    planned_heads = p.shape.num_q_heads, planned_kv = p.shape.num_kv_heads, planned_residual = p.shape.residual;
+    ws_bytes = int64_t(p.workspace_bytes);
+    if (p.head_dim != D || p.page != cfg.key.page || p.record_bytes != cfg.record_bytes)
+      refuse(op, kvq::Status::kConfigMismatch, "plan", "made for another configuration");
+  };
   if (decode) {
     dplan = plan_from<kvq::DecodePlan>(op, plan);
-    max_q_len = dplan.shape.max_q_len, planned_batch = dplan.shape.batch, planned_rows = dplan.shape.total_q;
-    planned_heads = dplan.shape.num_q_heads, planned_kv = dplan.shape.num_kv_heads, planned_residual = dplan.shape.residual;
-    ws_bytes = int64_t(dplan.workspace_bytes);
-    if (dplan.head_dim != D || dplan.page != cfg.key.page || dplan.record_bytes != cfg.record_bytes)
-      refuse(op, kvq::Status::kConfigMismatch, "plan", "made for another configuration");
+    read_bounds(dplan);
   } else {
     pplan = plan_from<kvq::PrefillPlan>(op, plan);
-    max_q_len = pplan.shape.max_q_len, planned_batch = pplan.shape.batch, planned_rows = pplan.shape.total_q;
-    planned_heads = pplan.shape.num_q_heads, planned_kv = pplan.shape.num_kv_heads, planned_residual = pplan.shape.residual;
-    ws_bytes = int64_t(pplan.workspace_bytes);
-    if (pplan.head_dim != D || pplan.page != cfg.key.page || pplan.record_bytes != cfg.record_bytes)
-      refuse(op, kvq::Status::kConfigMismatch, "plan", "made for another configuration");
+    read_bounds(pplan);
   }
   if (batch > planned_batch) refuse(op, kvq::Status::kInvalidShape, "hot_slot", "batch " + std::to_string(batch) + " exceeds the plan's " + std::to_string(planned_batch));
   if (rows > planned_rows) refuse(op, kvq::Status::kInvalidShape, "q", std::to_string(rows) + " query rows exceed the plan's " + std::to_string(planned_rows));
@@ -469,8 +473,7 @@ void dequantize_op(const std::string& config, const Tensor& cold, const Tensor& 
       make_view(op, cfg, CacheArgs{cold, hot_k, hot_v, sink_k, sink_v, key_clip, block_table, hot_slot, seq_len, seq_cold}, &batch);
   const at::Device dev = hot_k.device();
   check_tensor(op, "cu_out", cu_out, at::kInt, dev, {batch + 1});
-  check_tensor(op, "k_out", k_out, cfg.dtype, dev, {-1, view.num_kv_heads, cfg.key.head_dim}, 16);
-  check_tensor(op, "v_out", v_out, cfg.dtype, dev, {k_out.size(0), view.num_kv_heads, cfg.key.head_dim}, 16);
+  check_kv_rows(op, "k_out", k_out, "v_out", v_out, cfg, view, dev);
   uint32_t* f = flags_ptr(op, flags, dev);
   if (max_len < 0) refuse(op, kvq::Status::kInvalidShape, "max_len", "must be >= 0");
   if (on_cuda(hot_k)) {
