@@ -22,6 +22,8 @@ namespace serve {
 
 using smollm2::cuda_check;
 using smollm2::DeviceBuffer;
+using smollm2::grid_for;
+using smollm2::to_device;
 using smollm2::Error;
 
 namespace {
@@ -108,22 +110,6 @@ __global__ void swiglu_kernel(const float* gu, int rows, int ff, kvq::bf16* act)
     const float g = gu[r * 2 * ff + e], u = gu[r * 2 * ff + ff + e];
     act[i] = kvq::bf16::from_float(g / (1.0f + __expf(-g)) * u);
   }
-}
-
-unsigned grid_for(size_t n) { return unsigned(std::min<size_t>((n + 255) / 256, 4096)); }
-
-DeviceBuffer<kvq::bf16> to_device_bf16(const std::vector<float>& h) {
-  std::vector<kvq::bf16> b(h.size());
-  for (size_t i = 0; i < h.size(); ++i) b[i] = kvq::bf16::from_float(h[i]);
-  DeviceBuffer<kvq::bf16> d(b.size());
-  cuda_check(cudaMemcpy(d.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice), "weight upload");
-  return d;
-}
-
-DeviceBuffer<float> to_device(const std::vector<float>& h) {
-  DeviceBuffer<float> d(h.size());
-  cuda_check(cudaMemcpy(d.p, h.data(), h.size() * 4, cudaMemcpyHostToDevice), "weight upload");
-  return d;
 }
 
 // ---- GEMMs ------------------------------------------------------------------------------------
@@ -390,21 +376,12 @@ class GpuBackend final : public Backend {
 
     // Weights in bf16 (dequantized from the GGUF file), norms in fp32.
     const std::vector<float> embed = f.dequantize("token_embd.weight");
-    embed_ = to_device_bf16(embed);
-    if (!lc_.tied_output) lm_head_ = to_device_bf16(f.dequantize("output.weight"));
-    out_norm_ = to_device(f.dequantize("output_norm.weight"));
-    for (int l = 0; l < lc_.n_layer; ++l) {
-      const smollm2::LayerWeights h = smollm2::read_layer_weights(f, l);
-      Weights w;
-      w.attn_norm = to_device(h.attn_norm);
-      w.ffn_norm = to_device(h.ffn_norm);
-      w.qkv = to_device_bf16(h.qkv);
-      w.wo = to_device_bf16(h.wo);
-      w.gate_up = to_device_bf16(h.gate_up);
-      w.down = to_device_bf16(h.down);
-      layers_.push_back(std::move(w));
-    }
-    rope_ = to_device(smollm2::rope_table(lc_, cfg_.max_seq_len));
+    embed_ = to_device<kvq::bf16>(embed);
+    if (!lc_.tied_output) lm_head_ = to_device<kvq::bf16>(f.dequantize("output.weight"));
+    out_norm_ = to_device<float>(f.dequantize("output_norm.weight"));
+    for (int l = 0; l < lc_.n_layer; ++l)
+      layers_.push_back(smollm2::upload_layer<Weights, kvq::bf16>(smollm2::read_layer_weights(f, l)));
+    rope_ = to_device<float>(smollm2::rope_table(lc_, cfg_.max_seq_len));
     if (opt_.batch_invariant) pin_gemms();
 
     // Step buffers at their largest (fixed addresses for the graphs).

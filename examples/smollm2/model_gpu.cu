@@ -100,15 +100,7 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* pick, int d, f
   for (int e = threadIdx.x; e < d; e += blockDim.x) out[size_t(blockIdx.x) * d + e] = src[e];
 }
 
-unsigned grid_for(size_t n) { return unsigned(std::min<size_t>((n + 255) / 256, 4096)); }
-
 // ---- the model --------------------------------------------------------------------------------
-
-DeviceBuffer<float> to_device(const std::vector<float>& h) {
-  DeviceBuffer<float> d(h.size());
-  cuda_check(cudaMemcpy(d.p, h.data(), h.size() * 4, cudaMemcpyHostToDevice), "weight upload");
-  return d;
-}
 
 struct GpuLayer {
   DeviceBuffer<float> attn_norm, ffn_norm, qkv, wo, gate_up, down;  // matrices [out][in], row-major
@@ -139,21 +131,11 @@ class GpuModel final : public Model {
     // The cache first: an uncompiled configuration is refused before the weights load.
     cache_ = make_gpu_kv_cache(spec, cfg_.n_layer, cfg_.n_kv_head, cfg_.head_dim, max_seqs, max_len, stream_);
     const std::vector<float> embed = f.dequantize("token_embd.weight");
-    embed_ = to_device(embed);
-    lm_head_ = cfg_.tied_output ? DeviceBuffer<float>() : to_device(f.dequantize("output.weight"));
-    out_norm_ = to_device(f.dequantize("output_norm.weight"));
-    for (int l = 0; l < cfg_.n_layer; ++l) {
-      const LayerWeights w = read_layer_weights(f, l);
-      GpuLayer L;
-      L.attn_norm = to_device(w.attn_norm);
-      L.ffn_norm = to_device(w.ffn_norm);
-      L.qkv = to_device(w.qkv);
-      L.wo = to_device(w.wo);
-      L.gate_up = to_device(w.gate_up);
-      L.down = to_device(w.down);
-      layers_.push_back(std::move(L));
-    }
-    rope_ = to_device(rope_table(cfg_, cache_->capacity()));
+    embed_ = to_device<float>(embed);
+    lm_head_ = cfg_.tied_output ? DeviceBuffer<float>() : to_device<float>(f.dequantize("output.weight"));
+    out_norm_ = to_device<float>(f.dequantize("output_norm.weight"));
+    for (int l = 0; l < cfg_.n_layer; ++l) layers_.push_back(upload_layer<GpuLayer, float>(read_layer_weights(f, l)));
+    rope_ = to_device<float>(rope_table(cfg_, cache_->capacity()));
     rotate_ = spec.rotate;
     cuda_check(cudaDeviceSynchronize(), "weight upload");  // legacy-stream copies done before the model's stream runs
   }
