@@ -2,11 +2,52 @@
 #include "kv_cache.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <sstream>
 
 #include "gguf.hpp"
 #include "kv_cache_configs.hpp"
+#include "kv_cache_mixed.hpp"
 
 namespace smollm2 {
+
+std::string layer_list(const std::vector<int>& layers) {
+  std::string out;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(layers[i]) + (j > i ? "-" + std::to_string(layers[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+void parse_mix(CacheSpec& spec, const std::string& value) {
+  const size_t colon = value.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == value.size())
+    throw Error("--mix expects FORMAT:LAYERS, e.g. k4v2:3-9 or int4:3,5,18 (got '" + value + "')");
+  spec.mix_format = value.substr(0, colon);
+  std::vector<int> layers;
+  auto number = [&](const std::string& t) {
+    char* end = nullptr;
+    const long x = std::strtol(t.c_str(), &end, 10);
+    if (t.empty() || *end || x < 0 || x > 4096) throw Error("--mix: '" + t + "' is not a layer number");
+    return int(x);
+  };
+  std::stringstream ss(value.substr(colon + 1));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t dash = item.find('-');
+    const int lo = number(item.substr(0, dash)), hi = dash == std::string::npos ? lo : number(item.substr(dash + 1));
+    if (hi < lo) throw Error("--mix: empty layer range '" + item + "'");
+    for (int l = lo; l <= hi; ++l) layers.push_back(l);
+  }
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  spec.mix_layers = layers;
+  CacheSpec probe = spec.layer_spec(layers.front());
+  config_key(probe);  // an unknown format is refused here
+}
 
 std::string describe(const CacheSpec& s) {
   std::string out = s.format;
@@ -16,6 +57,7 @@ std::string describe(const CacheSpec& s) {
   if (s.sinks) out += " sinks=" + std::to_string(s.sinks);
   if (s.key_clip == kvq::KeyClip::kMse) out += " kclip=mse" + std::string(s.key_clip_from ? "(" + std::to_string(s.key_clip_from) + "..)" : "");
   if (s.rotate) out += " rotate";
+  if (s.mixed()) out += " mix=" + s.mix_format + ":" + layer_list(s.mix_layers);
   out += describe(s.ablation);
   out += s.path == AttentionPath::kDecode ? " (decode attention)" : " (kvq::reference::attention)";
   return out;
@@ -67,6 +109,7 @@ std::unique_ptr<KvCache> make_kv_cache(const CacheSpec& spec, int layers, int kv
     throw Error("kv cache: the hot window R=" + std::to_string(spec.residual) + " must be a non-negative multiple of the page size " +
                 std::to_string(spec.page));
   if (max_seqs <= 0 || max_len <= 0) throw Error("kv cache: empty cache requested");
+  if (spec.mixed()) return make_mixed_kv_cache(spec, layers, kv_heads, max_seqs, max_len);
   const kvq::ConfigKey key = config_key(spec);
   std::unique_ptr<KvCache> out;
   if (spec.page == 16) out = make_kv_cache_p16(spec, layers, kv_heads, max_seqs, max_len);

@@ -19,16 +19,18 @@ void kvq_check(kvq::Status st, const char* what) {
 
 class GpuKvCacheImpl final : public GpuKvCache {
  public:
-  GpuKvCacheImpl(const GpuCacheOps& ops, const CacheSpec& spec, int layers, int kv_heads, int max_seqs, int64_t max_len,
-                 cudaStream_t stream)
-      : ops_(ops), spec_(spec), kv_heads_(kv_heads), max_seqs_(max_seqs), P_(spec.page),
+  // ops: kvq's launchers of each format in use; layer_ops[l]: the index of layer l's format in ops.
+  GpuKvCacheImpl(std::vector<GpuCacheOps> ops, std::vector<int> layer_ops, const CacheSpec& spec, int kv_heads, int max_seqs,
+                 int64_t max_len, cudaStream_t stream)
+      : ops_(std::move(ops)), spec_(spec), kv_heads_(kv_heads), max_seqs_(max_seqs), P_(spec.page),
         pages_per_seq_(int((max_len + spec.page - 1) / spec.page)), cap_(int64_t(pages_per_seq_) * spec.page),
         window_(spec.residual + spec.page), stream_(stream), len_(size_t(max_seqs), 0), cold_(size_t(max_seqs), 0) {
     const size_t pages = size_t(max_seqs) * size_t(pages_per_seq_);
     const size_t ring = size_t(max_seqs) * size_t(window_) * size_t(kv_heads) * kD;
-    for (int l = 0; l < layers; ++l) {
+    for (int op : layer_ops) {
       Layer L;
-      L.cold = DeviceBuffer<uint8_t>(std::max<size_t>(pages * size_t(kv_heads) * ops.record_bytes, 16));
+      L.ops = op;
+      L.cold = DeviceBuffer<uint8_t>(std::max<size_t>(pages * size_t(kv_heads) * ops_[size_t(op)].record_bytes, 16));
       L.hot_k = DeviceBuffer<kvq::bf16>(ring);
       L.hot_v = DeviceBuffer<kvq::bf16>(ring);
       const size_t sink = std::max<size_t>(size_t(max_seqs) * size_t(spec.sinks) * size_t(kv_heads) * kD, 8);
@@ -53,7 +55,11 @@ class GpuKvCacheImpl final : public GpuKvCache {
   int64_t length(int seq) const override { return len_[size_t(seq)]; }
   int64_t capacity() const override { return cap_; }
   int max_seqs() const override { return max_seqs_; }
-  size_t cold_bytes_per_token() const override { return layers_.size() * size_t(kv_heads_) * ops_.record_bytes / size_t(P_); }
+  size_t cold_bytes_per_token() const override {
+    size_t sum = 0;
+    for (const Layer& L : layers_) sum += size_t(kv_heads_) * ops_[size_t(L.ops)].record_bytes / size_t(P_);
+    return sum;
+  }
 
   void reset(int seq) override {
     len_[size_t(seq)] = 0;  // the sequence's pages and ring slot are its own: nothing to release
@@ -86,6 +92,7 @@ class GpuKvCacheImpl final : public GpuKvCache {
   void step_layer(int layer, int num_q_heads, const kvq::bf16* q, const kvq::bf16* k, const kvq::bf16* v,
                   kvq::bf16* out) override {
     Layer& L = layers_[size_t(layer)];
+    const GpuCacheOps& ops = ops_[size_t(L.ops)];
     ensure_plans(num_q_heads);
     const size_t kv_row = size_t(kv_heads_) * kD, q_row = size_t(num_q_heads) * kD;
     for (size_t i = 0; i < calls_.size(); ++i) {
@@ -113,7 +120,7 @@ class GpuKvCacheImpl final : public GpuKvCache {
       ap.cu_new = a + 2;
       ap.new_k = k + size_t(c.row) * kv_row;
       ap.new_v = v + size_t(c.row) * kv_row;
-      kvq_check(ops_.append(view, ap, c.count, flags_.p, stream_), "kvq::append");
+      kvq_check(ops.append(view, ap, c.count, flags_.p, stream_), "kvq::append");
 
       kvq::AttentionBatch<kvq::bf16> at;
       at.batch = 1;
@@ -126,14 +133,14 @@ class GpuKvCacheImpl final : public GpuKvCache {
       at.softmax_scale = 0.125f;  // 1 / sqrt(64)
       kvq::bf16* o = out + size_t(c.row) * q_row;
       if (c.count <= kvq::kDecodeMaxQLen) {
-        const kvq::DecodePlan& plan = decode_plans_[size_t(c.count - 1)];
-        kvq_check(ops_.decode(view, at, plan, workspace_.p, workspace_.n, o, flags_.p, stream_), "kvq::decode");
+        const kvq::DecodePlan& plan = decode_plans_[size_t(L.ops)][size_t(c.count - 1)];
+        kvq_check(ops.decode(view, at, plan, workspace_.p, workspace_.n, o, flags_.p, stream_), "kvq::decode");
       } else {
         kvq::PrefillPlan plan;
         const kvq::PrefillShape shape{1, num_q_heads, kv_heads_, spec_.residual, cap_, c.count, c.count};
-        kvq_check(ops_.plan_prefill(shape, &plan), "kvq::plan_prefill");
+        kvq_check(ops.plan_prefill(shape, &plan), "kvq::plan_prefill");
         if (plan.workspace_bytes > workspace_.n) throw Error("kv cache: prefill workspace larger than planned");
-        kvq_check(ops_.prefill(view, at, plan, workspace_.p, workspace_.n, o, flags_.p, stream_), "kvq::prefill");
+        kvq_check(ops.prefill(view, at, plan, workspace_.p, workspace_.n, o, flags_.p, stream_), "kvq::prefill");
       }
     }
   }
@@ -193,34 +200,37 @@ class GpuKvCacheImpl final : public GpuKvCache {
   static constexpr size_t kArgs = 8;  // int32 per call (5 used; 32-byte stride)
 
   struct Layer {
+    int ops = 0;  // index of the layer's format in ops_
     DeviceBuffer<uint8_t> cold;
     DeviceBuffer<kvq::bf16> hot_k, hot_v;
     DeviceBuffer<kvq::bf16> sink_k, sink_v;  // [sequences][sinks][kv heads][64] (kvq attention sinks)
   };
 
-  // Decode plans for q_len 1..16 (one sequence, up to the capacity) and one workspace for every
-  // call (decode's or prefill's, whichever is larger).
+  // Decode plans for q_len 1..16 (one sequence, up to the capacity) of each format, and one
+  // workspace for every call (the largest any format's decode or prefill needs).
   void ensure_plans(int num_q_heads) {
     if (planned_heads_ == num_q_heads) return;
-    decode_plans_.assign(size_t(kvq::kDecodeMaxQLen), kvq::DecodePlan{});
     int sms = 0;
     cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "multiprocessor count");
     size_t bytes = 256;
-    for (int n = 1; n <= kvq::kDecodeMaxQLen; ++n) {
-      const kvq::DecodeShape shape{1, num_q_heads, kv_heads_, spec_.residual, cap_, n, n, sms};
-      kvq_check(ops_.plan_decode(shape, &decode_plans_[size_t(n - 1)]), "kvq::plan_decode");
-      bytes = std::max(bytes, decode_plans_[size_t(n - 1)].workspace_bytes);
+    decode_plans_.assign(ops_.size(), std::vector<kvq::DecodePlan>(size_t(kvq::kDecodeMaxQLen)));
+    for (size_t f = 0; f < ops_.size(); ++f) {
+      for (int n = 1; n <= kvq::kDecodeMaxQLen; ++n) {
+        const kvq::DecodeShape shape{1, num_q_heads, kv_heads_, spec_.residual, cap_, n, n, sms};
+        kvq_check(ops_[f].plan_decode(shape, &decode_plans_[f][size_t(n - 1)]), "kvq::plan_decode");
+        bytes = std::max(bytes, decode_plans_[f][size_t(n - 1)].workspace_bytes);
+      }
+      kvq::PrefillPlan pp;
+      const kvq::PrefillShape shape{1, num_q_heads, kv_heads_, spec_.residual, cap_, kvq::kDecodeMaxQLen + 1,
+                                    kvq::kDecodeMaxQLen + 1};
+      kvq_check(ops_[f].plan_prefill(shape, &pp), "kvq::plan_prefill");
+      bytes = std::max(bytes, pp.workspace_bytes);
     }
-    kvq::PrefillPlan pp;
-    const kvq::PrefillShape shape{1, num_q_heads, kv_heads_, spec_.residual, cap_, kvq::kDecodeMaxQLen + 1,
-                                  kvq::kDecodeMaxQLen + 1};
-    kvq_check(ops_.plan_prefill(shape, &pp), "kvq::plan_prefill");
-    bytes = std::max(bytes, pp.workspace_bytes);
     workspace_ = DeviceBuffer<uint8_t>(bytes);
     planned_heads_ = num_q_heads;
   }
 
-  GpuCacheOps ops_;
+  std::vector<GpuCacheOps> ops_;  // one per format in use
   CacheSpec spec_;
   int kv_heads_, max_seqs_, P_, pages_per_seq_;
   int64_t cap_;
@@ -231,7 +241,7 @@ class GpuKvCacheImpl final : public GpuKvCache {
   DeviceBuffer<int32_t> block_table_, hot_slot_, args_;
   DeviceBuffer<uint32_t> flags_;
   DeviceBuffer<uint8_t> workspace_;
-  std::vector<kvq::DecodePlan> decode_plans_;
+  std::vector<std::vector<kvq::DecodePlan>> decode_plans_;  // [format][q_len - 1]
   int planned_heads_ = -1;
   std::vector<AttentionCall> calls_;
   std::vector<int32_t> args_host_;
@@ -252,15 +262,30 @@ std::unique_ptr<GpuKvCache> make_gpu_kv_cache(const CacheSpec& spec, int layers,
   if (max_seqs <= 0 || max_len <= 0) throw Error("kv cache: empty cache requested");
   if (!spec.ablation.is_default())
     throw Error("kv cache: the simulated variants (" + describe(spec.ablation) + " ) run on the CPU decode path only");
-  GpuCacheOps ops{};
-  const kvq::Status st = kvq::dispatch(GpuConfigs{}, config_key(spec), [&](auto tag) {
-    ops = gpu_ops<typename decltype(tag)::type>();
-    return kvq::Status::kSuccess;
-  });
-  if (st != kvq::Status::kSuccess)
-    throw Error("kv cache: configuration '" + describe(spec) + "' has no GPU kernels in this binary (" + kvq::to_string(st) +
-                "); compiled for the GPU: " + gpu_compiled_configurations());
-  return std::make_unique<GpuKvCacheImpl>(ops, spec, layers, kv_heads, max_seqs, max_len, stream);
+  for (int l : spec.mix_layers)
+    if (l >= layers) throw Error("kv cache: --mix names layer " + std::to_string(l) + "; the model has " + std::to_string(layers));
+  // The launchers of each format in use (--mix: a second one), and each layer's.
+  std::vector<GpuCacheOps> ops;
+  std::vector<std::string> formats;
+  std::vector<int> layer_ops;
+  for (int l = 0; l < layers; ++l) {
+    const CacheSpec s = spec.layer_spec(l);
+    const size_t f = size_t(std::find(formats.begin(), formats.end(), s.format) - formats.begin());
+    if (f == formats.size()) {
+      GpuCacheOps o{};
+      const kvq::Status st = kvq::dispatch(GpuConfigs{}, config_key(s), [&](auto tag) {
+        o = gpu_ops<typename decltype(tag)::type>();
+        return kvq::Status::kSuccess;
+      });
+      if (st != kvq::Status::kSuccess)
+        throw Error("kv cache: configuration '" + describe(s) + "' has no GPU kernels in this binary (" + kvq::to_string(st) +
+                    "); compiled for the GPU: " + gpu_compiled_configurations());
+      formats.push_back(s.format);
+      ops.push_back(o);
+    }
+    layer_ops.push_back(int(f));
+  }
+  return std::make_unique<GpuKvCacheImpl>(std::move(ops), std::move(layer_ops), spec, kv_heads, max_seqs, max_len, stream);
 }
 
 }  // namespace smollm2

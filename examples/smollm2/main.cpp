@@ -37,6 +37,8 @@ const char* kUsage =
     "  --key-clip-from L                   the key-group rule applies from layer L on (below: min/max; 0)\n"
     "  --rotate on|off                     Hadamard rotation (random signs) of q/k/v per head before the cache,\n"
     "                                      undone on the attention output (both devices; default off)\n"
+    "  --mix FORMAT:LAYERS                 those layers use FORMAT instead of --format (e.g. k4v2:3-9 or\n"
+    "                                      int4:3,5,18; same groups, R, P, sinks; both devices)\n"
     "  accuracy experiments (CPU, --attention decode; docs/ACCURACY.md):\n"
     "  --ablate-kv k|v|kv                  quantize only the keys, only the values, or both (default)\n"
     "  --ablate-layers A-B                 quantize only layers A..B (B empty: to the last)\n"
@@ -92,7 +94,7 @@ struct Args {
 Args parse(int argc, char** argv) {
   static const char* known[] = {"model", "device", "format", "gk", "gv", "residual", "page", "attention", "threads", "max-context",
                                 "csv", "text", "window", "windows", "start", "chunk", "batch", "lengths", "depths",
-                                "trials", "seed", "prompt", "passage", "max-new", "rotate", "sinks", "key-clip", "key-clip-from", "ablate-kv",
+                                "trials", "seed", "prompt", "passage", "max-new", "rotate", "mix", "sinks", "key-clip", "key-clip-from", "ablate-kv",
                                 "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis", "query-stride", "passkey-prompt",
                                 "attention-out"};
   Args a;
@@ -137,6 +139,7 @@ int run(int argc, char** argv) {
   const std::string rot = a.str("rotate", "off");
   if (rot != "on" && rot != "off") throw Error("--rotate expects on or off");
   spec.rotate = rot == "on";
+  if (a.has("mix")) parse_mix(spec, a.str("mix"));
   for (const auto& f : a.flags) parse_ablation_flag(spec.ablation, f.first, f.second);
   config_key(spec);  // rejects an unknown format before the model loads
 

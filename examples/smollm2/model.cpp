@@ -154,6 +154,7 @@ class CpuModel final : public Model {
   void restore(const SeqState& s) override { cache_->restore(s); }
   void set_step_observer(StepObserver* observer) override {
     if (cache_->spec().path != AttentionPath::kDecode) throw Error("diagnostics need --attention decode");
+    if (cache_->spec().mixed()) throw Error("diagnostics: not with --mix (the per-layer statistics assume one format)");
     cache_->set_observer(observer);
   }
 

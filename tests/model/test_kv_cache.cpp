@@ -2,7 +2,9 @@
 // against kvq::reference::attention fed one token at a time, and against the calls of
 // attention_calls() (the GPU cache's schedule) run through kvq's host reference. The cache bytes
 // are identical, so only float summation order (and the softmax's exp) may differ.
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -160,4 +162,60 @@ TEST_CASE("attention_calls: kvq's attention contract, called per run, equals the
                                             : kvq::dispatch(ConfigsP32{}, config_key(s), body)) == kvq::Status::kSuccess);
                       return out;
                     });
+}
+
+TEST_CASE("mixed formats (--mix): each layer equals a cache of its own format; save / restore and sizes span both parts") {
+  constexpr int layers = 4, chunk = 45;
+  CacheSpec s = spec("int2", 32, 16, 16, 32);
+  parse_mix(s, "k4v2:1,3");
+  REQUIRE(s.mix_layers == std::vector<int>{1, 3});
+  CHECK(s.format_of(0) == "int2");
+  CHECK(s.format_of(3) == "k4v2");
+  std::vector<RandomLayer> data;
+  for (int l = 0; l < layers; ++l) data.emplace_back(unsigned(20 + l));
+  ThreadPool pool(2);
+  auto mixed = make_kv_cache(s, layers, kv_heads, D, 1, tokens);
+  std::vector<std::unique_ptr<KvCache>> single;
+  size_t bytes = 0;
+  for (int l = 0; l < layers; ++l) {
+    single.push_back(make_kv_cache(s.layer_spec(l), 1, kv_heads, D, 1, tokens));
+    bytes += single.back()->cold_bytes_per_token();
+  }
+  CHECK(mixed->cold_bytes_per_token() == bytes);
+  CHECK(bytes != 4 * single[0]->cold_bytes_per_token());  // the two formats differ in size
+
+  // Steps tokens [t0, t1) through every layer of both; returns whether every output is identical.
+  auto steps = [&](int t0, int t1, bool step_single) {
+    bool same = true;
+    for (int t = t0; t < t1; t += chunk) {
+      const int n = std::min(chunk, t1 - t);
+      for (int l = 0; l < layers; ++l) {
+        const RandomLayer& d = data[size_t(l)];
+        const kvq::bf16 *q = d.q.data() + size_t(t) * q_heads * D, *k = d.k.data() + size_t(t) * kv_heads * D,
+                        *v = d.v.data() + size_t(t) * kv_heads * D;
+        std::vector<float> a(size_t(n) * q_heads * D), b(a.size());
+        mixed->step(pool, l, {SeqRows{0, 0, n}}, q_heads, q, k, v, a.data());
+        if (!step_single) continue;
+        single[size_t(l)]->step(pool, 0, {SeqRows{0, 0, n}}, q_heads, q, k, v, b.data());
+        same = same && a == b;
+      }
+    }
+    return same;
+  };
+  CHECK(steps(0, 150, true));
+  CHECK(mixed->length(0) == 150);
+  const SeqState at150 = mixed->save(0);
+  REQUIRE(at150.len.size() == size_t(layers));
+  CHECK(steps(150, 290, false));  // pages turn cold in every layer
+  mixed->restore(at150);
+  CHECK(mixed->length(0) == 150);
+  CHECK(steps(150, tokens, true));  // rewound: the same as the caches that never went past 150
+
+  CacheSpec bad = spec("int2", 32, 16);
+  CHECK_THROWS_AS(parse_mix(bad, "k4v2"), Error);
+  CHECK_THROWS_AS(parse_mix(bad, "int3:1"), Error);
+  CHECK_THROWS_AS(parse_mix(bad, "k4v2:5-3"), Error);
+  CHECK_THROWS_AS(parse_mix(bad, "k4v2:x"), Error);
+  parse_mix(bad, "int4:7");
+  CHECK_THROWS_AS(make_kv_cache(bad, layers, kv_heads, D, 1, tokens), Error);  // layer 7 of 4
 }

@@ -158,6 +158,29 @@ TEST_CASE("GPU logits match the CPU backend in every format (synthetic Llama, mu
   }
 }
 
+TEST_CASE("GPU logits match the CPU backend with a format per layer (--mix), and differ from either format alone") {
+  const GgufFile& f = tiny_model();
+  const int vocab = read_llama_config(f).vocab;
+  CacheSpec s = make_spec("int2", 64);
+  parse_mix(s, "k4v2:1");  // layer 0 INT2, layer 1 K4V2
+  auto cpu = make_cpu_model(f, s, 2, kMaxLen, 2);
+  auto cpu_bf16 = make_cpu_model(f, s, 2, kMaxLen, 2, /*bf16_attention_out*/ true);
+  auto gpu = make_gpu_model(f, s, 2, kMaxLen);
+  CHECK(gpu->cache().cold_bytes_per_token() == cpu->cache().cold_bytes_per_token());
+  const std::vector<float> want = run(*cpu), naive = run(*cpu_bf16), got = run(*gpu);
+  const Diff d = compare(got, want, vocab), n = compare(naive, want, vocab);
+  MESSAGE(describe(s) << ": GPU vs CPU rms diff " << d.rms_diff << ", max diff " << d.max_diff << "; CPU bf16-out vs CPU rms diff "
+                      << n.rms_diff);
+  CHECK(d.rms_diff <= 2.0 * n.rms_diff + 1e-3 * d.rms_ref);
+  CHECK(d.max_diff <= 2.0 * n.max_diff + 1e-2 * d.max_ref);
+  for (const char* format : {"int2", "k4v2"}) {  // the mix is neither format alone
+    auto alone = make_cpu_model(f, make_spec(format, 64), 2, kMaxLen, 2);
+    const Diff a = compare(run(*alone), want, vocab);
+    CAPTURE(format);
+    CHECK(a.rms_diff > 4.0 * d.rms_diff);
+  }
+}
+
 TEST_CASE("GPU save / restore rewinds a sequence past cold pages, and reset reuses its pages") {
   const GgufFile& f = tiny_model();
   const int vocab = read_llama_config(f).vocab;
