@@ -29,7 +29,7 @@ void append_csv(const std::string& path, const std::string& model, const CacheSp
   std::ofstream out(path, std::ios::app);
   if (!out) throw Error("cannot write " + path);
   if (fresh) out << "model,format,gk,gv,residual,metric,context,value,n,variant\n";
-  const bool grouped = spec.format == "int4" || spec.format == "int2" || spec.format == "k4v2";
+  const bool grouped = spec.format == "int4" || spec.format == "int2" || spec.format == "k4v2" || spec.format == "k2v4";
   for (const CsvRow& r : rows) {
     char value[64];
     std::snprintf(value, sizeof value, "%.6g", r.value);

@@ -51,7 +51,7 @@ void parse_mix(CacheSpec& spec, const std::string& value) {
 
 std::string describe(const CacheSpec& s) {
   std::string out = s.format;
-  if (s.format == "int4" || s.format == "int2" || s.format == "k4v2")
+  if (s.format == "int4" || s.format == "int2" || s.format == "k4v2" || s.format == "k2v4")
     out += " Gk=" + std::to_string(s.gk) + " Gv=" + std::to_string(s.gv);
   out += " R=" + std::to_string(s.residual) + " P=" + std::to_string(s.page);
   if (s.sinks) out += " sinks=" + std::to_string(s.sinks);
@@ -78,15 +78,18 @@ kvq::ConfigKey config_key(const CacheSpec& s) {
   } else if (s.format == "k4v2") {
     k = kvq::desc_int4(s.gk);
     v = kvq::desc_int2(s.gv);
+  } else if (s.format == "k2v4") {
+    k = kvq::desc_int2(s.gk);
+    v = kvq::desc_int4(s.gv);
   } else {
-    throw Error("unknown cache format '" + s.format + "' (none, int8, int4, int2, k4v2)");
+    throw Error("unknown cache format '" + s.format + "' (none, int8, int4, int2, k4v2, k2v4)");
   }
   return kvq::ConfigKey{kvq::DType::kBF16, 64, s.page, k, v};
 }
 
 std::string compiled_configurations() {
   return "bf16, head dim 64, page 16/32/64; formats none, int8, and int4/int2/k4v2 with Gk in {16,32,64} (Gk <= page) "
-         "and Gv in {16,32,64}; R any multiple of the page";
+         "and Gv in {16,32,64}; k2v4 with page 64 and Gk = Gv = 32; R any multiple of the page";
 }
 
 void KvCache::check_room(const std::vector<SeqRows>& items) const {

@@ -27,7 +27,7 @@ namespace smollm2 {
 enum class AttentionPath { kDecode, kReference };
 
 struct CacheSpec {
-  std::string format = "none";  // none | int8 | int4 | int2 | k4v2 (INT4 keys, INT2 values)
+  std::string format = "none";  // none | int8 | int4 | int2 | k4v2 (INT4 keys, INT2 values) | k2v4 (the reverse)
   int gk = 32;                  // key group (tokens), INT2/INT4 only; divides the page
   int gv = 32;                  // value group (channels), INT2/INT4 only; divides the head dim
   int residual = 128;           // R: hot window beyond the newest page, a multiple of the page

@@ -250,7 +250,7 @@ class GpuKvCacheImpl final : public GpuKvCache {
 }  // namespace
 
 std::string gpu_compiled_configurations() {
-  return "bf16, head dim 64, page 64; formats none, int8, and int4/int2/k4v2 with Gk = Gv = 32; R any multiple of 64";
+  return "bf16, head dim 64, page 64; formats none, int8, and int4/int2/k4v2/k2v4 with Gk = Gv = 32 (int2 also 16/64); R any multiple of 64";
 }
 
 std::unique_ptr<GpuKvCache> make_gpu_kv_cache(const CacheSpec& spec, int layers, int kv_heads, int head_dim, int max_seqs,

@@ -44,7 +44,8 @@ using GpuK4V2 = Cfg64<64, kvq::Int4<32>, kvq::Int2<32>>;
 // INT2 with key groups of 16 tokens and value groups of 64 channels: 4 + 2.5 bits, the 3.25-bit
 // budget of docs/ACCURACY.md spent on the keys.
 using GpuInt2K16V64 = Cfg64<64, kvq::Int2<16>, kvq::Int2<64>>;
-using GpuConfigs = kvq::ConfigList<GpuNone, GpuInt8, GpuInt4, GpuInt2, GpuK4V2, GpuInt2K16V64>;
+using GpuK2V4 = Cfg64<64, kvq::Int2<32>, kvq::Int4<32>>;  // INT2 keys, INT4 values (per-layer mixes)
+using GpuConfigs = kvq::ConfigList<GpuNone, GpuInt8, GpuInt4, GpuInt2, GpuK4V2, GpuInt2K16V64, GpuK2V4>;
 std::string gpu_compiled_configurations();
 
 // kvq's launchers of one configuration (bf16 model dtype), as plain function pointers: the host

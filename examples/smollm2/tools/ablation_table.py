@@ -13,7 +13,7 @@ from pathlib import Path
 # Code bits of K and V per format; INT-b groups add an fp16 scale and zero point (32 bits) per
 # group of G elements, INT8 an fp32 scale per token and head (D = 64 here). Sinks add 16 bits for
 # S tokens per sequence (not counted: 0.016 bits at 4 sinks over 4,096 tokens).
-CODE_BITS = {"none": (16, 16), "int8": (8, 8), "int4": (4, 4), "int2": (2, 2), "k4v2": (4, 2)}
+CODE_BITS = {"none": (16, 16), "int8": (8, 8), "int4": (4, 4), "int2": (2, 2), "k4v2": (4, 2), "k2v4": (2, 4)}
 ORDER = list(CODE_BITS)
 
 
@@ -26,6 +26,22 @@ def bits(fmt, gk, gv):
     return (kb + 32.0 / gk + vb + 32.0 / gv) / 2
 
 
+LAYERS = 30  # SmolLM2-135M
+
+
+def mixed_bits(fmt, gk, gv, variant):
+    """Bits per element averaged over the layers, for a variant with mix=FORMAT:LAYERS (--mix)."""
+    m = re.search(r"mix=([a-z0-9]+):([0-9,\-]+)", variant or "")
+    if not m:
+        return bits(fmt, gk, gv)
+    layers = set()
+    for part in m.group(2).split(","):
+        lo, _, hi = part.partition("-")
+        layers.update(range(int(lo), int(hi or lo) + 1))
+    n = len(layers & set(range(LAYERS)))
+    return ((LAYERS - n) * bits(fmt, gk, gv) + n * bits(m.group(1), gk, gv)) / LAYERS
+
+
 def perplexity_table(path):
     rows = [r for r in csv.DictReader(open(path)) if r["metric"] == "perplexity"]
     none = next(float(r["value"]) for r in rows if r["format"] == "none" and r.get("variant", "base") == "base")
@@ -33,7 +49,8 @@ def perplexity_table(path):
     for r in sorted(rows, key=lambda r: (ORDER.index(r["format"]) if r["format"] in ORDER else 9, float(r["value"]))):
         v, gk, gv = float(r["value"]), int(r["gk"]), int(r["gv"])
         out.append("| %s | %s | %s | %.2f | %.3f | %+.2f%% |" % (r["format"], "%d / %d" % (gk, gv) if gk else "-",
-                                                              r.get("variant", "base"), bits(r["format"], gk, gv), v,
+                                                              r.get("variant", "base"),
+                                                              mixed_bits(r["format"], gk, gv, r.get("variant")), v,
                                                               100 * (v / none - 1)))
     return "\n".join(out)
 

@@ -129,7 +129,8 @@ TEST_CASE("GPU logits match the CPU backend in every format (synthetic Llama, mu
   };
   const Case cases[] = {{"none", 64, AttentionPath::kDecode},  {"int8", 64, AttentionPath::kDecode},
                         {"int4", 64, AttentionPath::kDecode},  {"int2", 64, AttentionPath::kDecode},
-                        {"k4v2", 64, AttentionPath::kDecode},  {"int2", 0, AttentionPath::kDecode},
+                        {"k4v2", 64, AttentionPath::kDecode},  {"k2v4", 64, AttentionPath::kDecode},
+                        {"int2", 0, AttentionPath::kDecode},
                         {"int2", 128, AttentionPath::kDecode}, {"int2", 64, AttentionPath::kReference},
                         {"none", 0, AttentionPath::kReference}};
   for (const Case& c : cases) {
