@@ -13,7 +13,7 @@ std::string format_label(const CacheSpec& spec) { return spec.residual == 0 ? sp
 std::string variant_label(const CacheSpec& spec) {
   std::string v = std::string(spec.rotate ? " rotate" : "") + (spec.sinks ? " sinks=" + std::to_string(spec.sinks) : "") +
                   (spec.key_clip == kvq::KeyClip::kMse ? " kclip=mse" + std::string(spec.key_clip_from ? "(" + std::to_string(spec.key_clip_from) + "..)" : "") : "") +
-                  (spec.mixed() ? " mix=" + spec.mix_format + ":" + layer_list(spec.mix_layers) : "") + describe(spec.ablation);
+                  describe_mix(spec) + describe(spec.ablation);
   if (v.empty()) return "base";
   for (char& c : v)
     if (c == ' ') c = '+';

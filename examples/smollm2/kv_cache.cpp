@@ -26,8 +26,9 @@ void parse_mix(CacheSpec& spec, const std::string& value) {
   const size_t colon = value.find(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == value.size())
     throw Error("--mix expects FORMAT:LAYERS, e.g. k4v2:3-9 or int4:3,5,18 (got '" + value + "')");
-  spec.mix_format = value.substr(0, colon);
-  std::vector<int> layers;
+  CacheSpec::LayerMix m;
+  m.format = value.substr(0, colon);
+  std::vector<int>& layers = m.layers;
   auto number = [&](const std::string& t) {
     char* end = nullptr;
     const long x = std::strtol(t.c_str(), &end, 10);
@@ -44,9 +45,19 @@ void parse_mix(CacheSpec& spec, const std::string& value) {
   }
   std::sort(layers.begin(), layers.end());
   layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
-  spec.mix_layers = layers;
-  CacheSpec probe = spec.layer_spec(layers.front());
+  for (int l : layers)
+    if (&spec.format_of(l) != &spec.format)
+      throw Error("--mix: layer " + std::to_string(l) + " is already in another --mix");
+  CacheSpec probe = spec;
+  probe.format = m.format;
   config_key(probe);  // an unknown format is refused here
+  spec.mix.push_back(std::move(m));
+}
+
+std::string describe_mix(const CacheSpec& spec) {
+  std::string out;
+  for (const CacheSpec::LayerMix& m : spec.mix) out += " mix=" + m.format + ":" + layer_list(m.layers);
+  return out;
 }
 
 std::string describe(const CacheSpec& s) {
@@ -57,7 +68,7 @@ std::string describe(const CacheSpec& s) {
   if (s.sinks) out += " sinks=" + std::to_string(s.sinks);
   if (s.key_clip == kvq::KeyClip::kMse) out += " kclip=mse" + std::string(s.key_clip_from ? "(" + std::to_string(s.key_clip_from) + "..)" : "");
   if (s.rotate) out += " rotate";
-  if (s.mixed()) out += " mix=" + s.mix_format + ":" + layer_list(s.mix_layers);
+  out += describe_mix(s);
   out += describe(s.ablation);
   out += s.path == AttentionPath::kDecode ? " (decode attention)" : " (kvq::reference::attention)";
   return out;

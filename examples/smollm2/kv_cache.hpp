@@ -41,29 +41,35 @@ struct CacheSpec {
   // and the attention output (model.cpp; both backends).
   Ablation ablation;
   bool rotate = false;
-  // Per-layer formats (docs/ACCURACY.md, "more bits where the damage is"): the layers listed in
-  // mix_layers use mix_format (same Gk / Gv, R, P, sinks, rotation), the others `format`. Each
-  // layer is its own kvq configuration; kvq allows a different one per layer.
-  std::string mix_format;
-  std::vector<int> mix_layers;  // sorted, distinct
-  bool mixed() const { return !mix_layers.empty(); }
+  // Per-layer formats (docs/ACCURACY.md, "more bits where the damage is"): the layers of each
+  // entry use its format (same Gk / Gv, R, P, sinks, rotation), the others `format`. Each layer is
+  // its own kvq configuration; kvq allows a different one per layer.
+  struct LayerMix {
+    std::string format;
+    std::vector<int> layers;  // sorted, distinct; no layer in two entries
+  };
+  std::vector<LayerMix> mix;
+  bool mixed() const { return !mix.empty(); }
   const std::string& format_of(int layer) const {
-    return std::binary_search(mix_layers.begin(), mix_layers.end(), layer) ? mix_format : format;
+    for (const LayerMix& m : mix)
+      if (std::binary_search(m.layers.begin(), m.layers.end(), layer)) return m.format;
+    return format;
   }
   // The specification of one layer's own format (no mix).
   CacheSpec layer_spec(int layer) const {
     CacheSpec s = *this;
     s.format = format_of(layer);
-    s.mix_format.clear();
-    s.mix_layers.clear();
+    s.mix.clear();
     return s;
   }
 };
 
-// Parses --mix FORMAT:LAYERS (LAYERS: a comma-separated list of layers and ranges A-B, e.g.
-// "k4v2:3-9" or "int4:3,5,18") into spec.mix_format / spec.mix_layers; throws Error.
+// Parses one --mix FORMAT:LAYERS (LAYERS: a comma-separated list of layers and ranges A-B, e.g.
+// "k4v2:3-9" or "int4:3,5,18") and appends it to spec.mix; throws Error (also for a layer that
+// an earlier --mix already names).
 void parse_mix(CacheSpec& spec, const std::string& value);
 std::string layer_list(const std::vector<int>& layers);  // {3,4,5,9} -> "3-5,9"
+std::string describe_mix(const CacheSpec& spec);         // " mix=k4v2:3-9 mix=k2v4:18" ("" without)
 
 std::string describe(const CacheSpec& spec);       // e.g. "int2 Gk=32 Gv=32 R=128 P=64"
 kvq::ConfigKey config_key(const CacheSpec& spec);  // throws Error on an unknown format

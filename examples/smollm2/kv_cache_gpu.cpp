@@ -262,9 +262,10 @@ std::unique_ptr<GpuKvCache> make_gpu_kv_cache(const CacheSpec& spec, int layers,
   if (max_seqs <= 0 || max_len <= 0) throw Error("kv cache: empty cache requested");
   if (!spec.ablation.is_default())
     throw Error("kv cache: the simulated variants (" + describe(spec.ablation) + " ) run on the CPU decode path only");
-  for (int l : spec.mix_layers)
-    if (l >= layers) throw Error("kv cache: --mix names layer " + std::to_string(l) + "; the model has " + std::to_string(layers));
-  // The launchers of each format in use (--mix: a second one), and each layer's.
+  for (const CacheSpec::LayerMix& m : spec.mix)
+    for (int l : m.layers)
+      if (l >= layers) throw Error("kv cache: --mix names layer " + std::to_string(l) + "; the model has " + std::to_string(layers));
+  // The launchers of each format in use (one more per --mix), and each layer's.
   std::vector<GpuCacheOps> ops;
   std::vector<std::string> formats;
   std::vector<int> layer_ops;

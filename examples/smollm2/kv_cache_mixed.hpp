@@ -1,5 +1,5 @@
-// kv_cache_mixed.hpp - the CPU KV cache with a format per layer (CacheSpec::mix_format /
-// mix_layers): each model layer is stepped in the single-format cache of its format.
+// kv_cache_mixed.hpp - the CPU KV cache with a format per layer (CacheSpec::mix): each model
+// layer is stepped in the single-format cache of its format.
 #pragma once
 
 #include <memory>

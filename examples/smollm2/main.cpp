@@ -39,7 +39,7 @@ const char* kUsage =
     "  --rotate on|off                     Hadamard rotation (random signs) of q/k/v per head before the cache,\n"
     "                                      undone on the attention output (both devices; default off)\n"
     "  --mix FORMAT:LAYERS                 those layers use FORMAT instead of --format (e.g. k4v2:3-9 or\n"
-    "                                      int4:3,5,18; same groups, R, P, sinks; both devices)\n"
+    "                                      int4:3,5,18; same groups, R, P, sinks; both devices; repeatable)\n"
     "  accuracy experiments (CPU, --attention decode; docs/ACCURACY.md):\n"
     "  --ablate-kv k|v|kv                  quantize only the keys, only the values, or both (default)\n"
     "  --ablate-layers A-B                 quantize only layers A..B (B empty: to the last)\n"
@@ -140,7 +140,7 @@ int run(int argc, char** argv) {
   const std::string rot = a.str("rotate", "off");
   if (rot != "on" && rot != "off") throw Error("--rotate expects on or off");
   spec.rotate = rot == "on";
-  if (a.has("mix")) parse_mix(spec, a.str("mix"));
+  for (auto m = a.flags.equal_range("mix"); m.first != m.second; ++m.first) parse_mix(spec, m.first->second);
   for (const auto& f : a.flags) parse_ablation_flag(spec.ablation, f.first, f.second);
   config_key(spec);  // rejects an unknown format before the model loads
 

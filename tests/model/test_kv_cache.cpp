@@ -168,9 +168,13 @@ TEST_CASE("mixed formats (--mix): each layer equals a cache of its own format; s
   constexpr int layers = 4, chunk = 45;
   CacheSpec s = spec("int2", 32, 16, 16, 32);
   parse_mix(s, "k4v2:1,3");
-  REQUIRE(s.mix_layers == std::vector<int>{1, 3});
+  parse_mix(s, "int4:2");
+  REQUIRE(s.mix.size() == 2);
+  REQUIRE(s.mix[0].layers == std::vector<int>{1, 3});
   CHECK(s.format_of(0) == "int2");
+  CHECK(s.format_of(2) == "int4");
   CHECK(s.format_of(3) == "k4v2");
+  CHECK(describe_mix(s) == " mix=k4v2:1,3 mix=int4:2");
   std::vector<RandomLayer> data;
   for (int l = 0; l < layers; ++l) data.emplace_back(unsigned(20 + l));
   ThreadPool pool(2);
@@ -182,7 +186,7 @@ TEST_CASE("mixed formats (--mix): each layer equals a cache of its own format; s
     bytes += single.back()->cold_bytes_per_token();
   }
   CHECK(mixed->cold_bytes_per_token() == bytes);
-  CHECK(bytes != 4 * single[0]->cold_bytes_per_token());  // the two formats differ in size
+  CHECK(bytes != 4 * single[0]->cold_bytes_per_token());  // the formats differ in size
 
   // Steps tokens [t0, t1) through every layer of both; returns whether every output is identical.
   auto steps = [&](int t0, int t1, bool step_single) {
@@ -217,5 +221,6 @@ TEST_CASE("mixed formats (--mix): each layer equals a cache of its own format; s
   CHECK_THROWS_AS(parse_mix(bad, "k4v2:5-3"), Error);
   CHECK_THROWS_AS(parse_mix(bad, "k4v2:x"), Error);
   parse_mix(bad, "int4:7");
+  CHECK_THROWS_AS(parse_mix(bad, "k4v2:6-8"), Error);  // layer 7 is in the first --mix
   CHECK_THROWS_AS(make_kv_cache(bad, layers, kv_heads, D, 1, tokens), Error);  // layer 7 of 4
 }

@@ -31,15 +31,14 @@ LAYERS = 30  # SmolLM2-135M
 
 def mixed_bits(fmt, gk, gv, variant):
     """Bits per element averaged over the layers, for a variant with mix=FORMAT:LAYERS (--mix)."""
-    m = re.search(r"mix=([a-z0-9]+):([0-9,\-]+)", variant or "")
-    if not m:
-        return bits(fmt, gk, gv)
-    layers = set()
-    for part in m.group(2).split(","):
-        lo, _, hi = part.partition("-")
-        layers.update(range(int(lo), int(hi or lo) + 1))
-    n = len(layers & set(range(LAYERS)))
-    return ((LAYERS - n) * bits(fmt, gk, gv) + n * bits(m.group(1), gk, gv)) / LAYERS
+    per_layer = [bits(fmt, gk, gv)] * LAYERS
+    for m in re.finditer(r"mix=([a-z0-9]+):([0-9,\-]+)", variant or ""):
+        for part in m.group(2).split(","):
+            lo, _, hi = part.partition("-")
+            for layer in range(int(lo), int(hi or lo) + 1):
+                if layer < LAYERS:
+                    per_layer[layer] = bits(m.group(1), gk, gv)
+    return sum(per_layer) / LAYERS
 
 
 def perplexity_table(path):
