@@ -11,7 +11,7 @@ std::string format_label(const CacheSpec& spec) { return spec.residual == 0 ? sp
 // The technique set in one CSV field: "base" for kvq's scheme as is, else the ablation's and the
 // rotation's options joined with '+' (e.g. "rotate+sinks=4").
 std::string variant_label(const CacheSpec& spec) {
-  std::string v = std::string(spec.rotate ? " rotate" : "") + (spec.sinks ? " sinks=" + std::to_string(spec.sinks) : "") +
+  std::string v = std::string(spec.rotate ? " rotate" : "") + (spec.rotate && spec.rotate_draw ? "=" + std::to_string(spec.rotate_draw) : "") + (spec.sinks ? " sinks=" + std::to_string(spec.sinks) : "") +
                   (spec.key_clip == kvq::KeyClip::kMse ? " kclip=mse" + std::string(spec.key_clip_from ? "(" + std::to_string(spec.key_clip_from) + "..)" : "") : "") +
                   describe_mix(spec) + describe(spec.ablation);
   if (v.empty()) return "base";

@@ -67,7 +67,7 @@ std::string describe(const CacheSpec& s) {
   out += " R=" + std::to_string(s.residual) + " P=" + std::to_string(s.page);
   if (s.sinks) out += " sinks=" + std::to_string(s.sinks);
   if (s.key_clip == kvq::KeyClip::kMse) out += " kclip=mse" + std::string(s.key_clip_from ? "(" + std::to_string(s.key_clip_from) + "..)" : "");
-  if (s.rotate) out += " rotate";
+  if (s.rotate) out += " rotate" + std::string(s.rotate_draw ? "(draw " + std::to_string(s.rotate_draw) + ")" : "");
   out += describe_mix(s);
   out += describe(s.ablation);
   out += s.path == AttentionPath::kDecode ? " (decode attention)" : " (kvq::reference::attention)";

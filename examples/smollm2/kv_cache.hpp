@@ -41,6 +41,10 @@ struct CacheSpec {
   // and the attention output (model.cpp; both backends).
   Ablation ablation;
   bool rotate = false;
+  int rotate_draw = 0;  // which draw of random signs (0: kvq::layer_rotation_seed as is)
+  uint64_t rotation_seed(int layer) const {
+    return kvq::layer_rotation_seed(layer + 1000 * rotate_draw);
+  }
   // Per-layer formats (docs/ACCURACY.md, "more bits where the damage is"): the layers of each
   // entry use its format (same Gk / Gv, R, P, sinks, rotation), the others `format`. Each layer is
   // its own kvq configuration; kvq allows a different one per layer.

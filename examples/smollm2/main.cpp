@@ -38,6 +38,7 @@ const char* kUsage =
     "  --key-clip-from L                   the key-group rule applies from layer L on (below: min/max; 0)\n"
     "  --rotate on|off                     Hadamard rotation (random signs) of q/k/v per head before the cache,\n"
     "                                      undone on the attention output (both devices; default off)\n"
+    "  --rotate-draw N                     another draw of the rotation's random signs (default 0)\n"
     "  --mix FORMAT:LAYERS                 those layers use FORMAT instead of --format (e.g. k4v2:3-9 or\n"
     "                                      int4:3,5,18; same groups, R, P, sinks; both devices; repeatable)\n"
     "  accuracy experiments (CPU, --attention decode; docs/ACCURACY.md):\n"
@@ -95,7 +96,7 @@ struct Args {
 Args parse(int argc, char** argv) {
   static const char* known[] = {"model", "device", "format", "gk", "gv", "residual", "page", "attention", "threads", "max-context",
                                 "csv", "text", "window", "windows", "start", "chunk", "batch", "lengths", "depths",
-                                "trials", "seed", "prompt", "passage", "max-new", "rotate", "mix", "sinks", "key-clip", "key-clip-from", "ablate-kv",
+                                "trials", "seed", "prompt", "passage", "max-new", "rotate", "rotate-draw", "mix", "sinks", "key-clip", "key-clip-from", "ablate-kv",
                                 "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis", "query-stride", "passkey-prompt",
                                 "attention-out"};
   Args a;
@@ -140,6 +141,8 @@ int run(int argc, char** argv) {
   const std::string rot = a.str("rotate", "off");
   if (rot != "on" && rot != "off") throw Error("--rotate expects on or off");
   spec.rotate = rot == "on";
+  spec.rotate_draw = int(a.num("rotate-draw", 0));
+  if (spec.rotate_draw < 0 || spec.rotate_draw > 1000000) throw Error("--rotate-draw expects 0 .. 1000000");
   for (auto m = a.flags.equal_range("mix"); m.first != m.second; ++m.first) parse_mix(spec, m.first->second);
   for (const auto& f : a.flags) parse_ablation_flag(spec.ablation, f.first, f.second);
   config_key(spec);  // rejects an unknown format before the model loads

@@ -126,6 +126,7 @@ class CpuModel final : public Model {
  public:
   CpuModel(const GgufFile& f, const CacheSpec& spec, int max_seqs, int64_t max_len, int threads, bool bf16_attention_out)
       : cfg_(read_llama_config(f)), pool_(threads), bf16_attention_out_(bf16_attention_out), rotate_(spec.rotate) {
+    for (int l = 0; l < cfg_.n_layer; ++l) rotation_seed_.push_back(spec.rotation_seed(l));
     const int d = cfg_.d_model, kvd = cfg_.n_kv_head * cfg_.head_dim, ff = cfg_.d_ff;
     check_llama_tensors(f, cfg_);  // before the slow part
     embed_ = f.dequantize("token_embd.weight");
@@ -184,7 +185,7 @@ class CpuModel final : public Model {
         float* row = qkv.get() + size_t(r) * size_t(d + 2 * kvd);
         for (int head = 0; head < cfg_.n_head + cfg_.n_kv_head; ++head) rope(row + head * hd, pos[size_t(r)]);
         for (int head = 0; rotate_ && head < cfg_.n_head + 2 * cfg_.n_kv_head; ++head)
-          kvq::rotate<64>(row + head * hd, kvq::layer_rotation_seed(l));
+          kvq::rotate<64>(row + head * hd, rotation_seed_[size_t(l)]);
         for (int e = 0; e < d; ++e) q16[size_t(r) * d + size_t(e)] = kvq::bf16::from_float(row[e]);
         for (int e = 0; e < kvd; ++e) {
           k16[size_t(r) * kvd + size_t(e)] = kvq::bf16::from_float(row[d + e]);
@@ -193,7 +194,7 @@ class CpuModel final : public Model {
       }
       cache_->step(pool_, l, items, cfg_.n_head, q16.data(), k16.data(), v16.data(), att.get());
       for (size_t hrow = 0; rotate_ && hrow < size_t(rows) * size_t(cfg_.n_head); ++hrow)
-        kvq::unrotate<64>(att.get() + hrow * size_t(hd), kvq::layer_rotation_seed(l));
+        kvq::unrotate<64>(att.get() + hrow * size_t(hd), rotation_seed_[size_t(l)]);
       if (bf16_attention_out_)
         for (size_t e = 0; e < size_t(rows) * size_t(d); ++e) att[e] = kvq::bf16::from_float(att[e]).to_float();
       matmul(pool_, att.get(), rows, d, L.wo, x.get(), d, /*accumulate*/ true);
@@ -245,6 +246,7 @@ class CpuModel final : public Model {
   LlamaConfig cfg_;
   ThreadPool pool_;
   bool bf16_attention_out_, rotate_;
+  std::vector<uint64_t> rotation_seed_;  // per layer (CacheSpec::rotation_seed)
   std::vector<float> embed_, out_norm_, rope_;
   PackedMatrix lm_head_;
   std::vector<Layer> layers_;

@@ -137,6 +137,7 @@ class GpuModel final : public Model {
     for (int l = 0; l < cfg_.n_layer; ++l) layers_.push_back(upload_layer<GpuLayer, float>(read_layer_weights(f, l)));
     rope_ = to_device<float>(rope_table(cfg_, cache_->capacity()));
     rotate_ = spec.rotate;
+    for (int l = 0; l < cfg_.n_layer; ++l) rotation_seed_.push_back(spec.rotation_seed(l));
     cuda_check(cudaDeviceSynchronize(), "weight upload");  // legacy-stream copies done before the model's stream runs
   }
 
@@ -184,7 +185,7 @@ class GpuModel final : public Model {
       const GpuLayer& L = layers_[size_t(l)];
       rmsnorm_kernel<<<rows, kNormThreads, 0, stream_>>>(x_.p, d, L.attn_norm.p, cfg_.rms_eps, h_.p);
       gemm(h_.p, rows, d, L.qkv.p, d + 2 * kvd, qkv_.p, false);
-      const uint64_t seed = kvq::layer_rotation_seed(l);
+      const uint64_t seed = rotation_seed_[size_t(l)];
       rope_split_kernel<<<rows, 128, size_t(nq + 2 * cfg_.n_kv_head) * 64 * sizeof(float), stream_>>>(
           qkv_.p, nq, cfg_.n_kv_head, pos_.p, rope_.p, rotate_, seed, q16_.p, k16_.p, v16_.p);
       cache_->step_layer(l, nq, q16_.p, k16_.p, v16_.p, att16_.p);
@@ -234,6 +235,7 @@ class GpuModel final : public Model {
   std::unique_ptr<GpuKvCache> cache_;
   DeviceBuffer<float> embed_, lm_head_, out_norm_, rope_;
   bool rotate_ = false;
+  std::vector<uint64_t> rotation_seed_;  // per layer (CacheSpec::rotation_seed)
   std::vector<GpuLayer> layers_;
   // Activations, grown on demand.
   DeviceBuffer<int32_t> tokens_, pos_, pick_;
