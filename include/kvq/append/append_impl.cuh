@@ -17,14 +17,13 @@
 KVQ_NAMESPACE_BEGIN
 namespace detail {
 
-constexpr int kAppendThreads = 256;
+constexpr int kAppendThreads = kEncoderThreads;
 
 template <class Cfg>
 __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
     append_kernel(CacheView<typename Cfg::dtype> v, AppendBatch<typename Cfg::dtype> a, int max_new, uint32_t* flags) {
   using T = typename Cfg::dtype;
   constexpr int D = Cfg::head_dim, P = Cfg::page;
-  __shared__ PageEncoderSmem<Cfg> sm;
   __shared__ SeqAppend plan;
   const int item = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
   const int tid = threadIdx.x;
@@ -49,8 +48,7 @@ __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
       *reinterpret_cast<uint4*>(v.sink_v + dst) = *reinterpret_cast<const uint4*>(source_row(v, v.hot_v, a.new_v, plan, t, h, D, P) + c);
     }
     const int32_t page = v.block_table[int64_t(b) * v.max_pages_per_seq + p];
-    encode_page_block<Cfg>(v, a.new_k, a.new_v, plan, p, h, v.cold + record_offset(page, h, v.num_kv_heads, Cfg::record_bytes),
-                           sm, f);
+    encode_page_block<Cfg>(v, a.new_k, a.new_v, plan, p, h, v.cold + record_offset(page, h, v.num_kv_heads, Cfg::record_bytes), f);
   };
   if (item < row_pages) {
     const int64_t p = first + ((item - first % row_pages) + row_pages) % row_pages;
@@ -94,7 +92,10 @@ Status append(const CacheView<typename Cfg::dtype>& cache, const AppendBatch<typ
   if (batch.batch == 0) return Status::kSuccess;
   const int row_pages = (cache.residual + Cfg::page) / Cfg::page;
   const dim3 grid(unsigned(row_pages + max_new_tokens / Cfg::page), unsigned(batch.batch), unsigned(cache.num_kv_heads));
-  return detail::launch(detail::append_kernel<Cfg>, grid, dim3(detail::kAppendThreads), 0, stream, cache, batch, max_new_tokens,
+  size_t smem = 0;
+  st = detail::page_encoder_smem_bytes<Cfg>(detail::append_kernel<Cfg>, &smem);
+  if (st != Status::kSuccess) return st;
+  return detail::launch(detail::append_kernel<Cfg>, grid, dim3(detail::kAppendThreads), smem, stream, cache, batch, max_new_tokens,
                         flags);
 }
 
