@@ -265,4 +265,40 @@ TEST_CASE("packing: encode_record writes codes at code_slot and parameters in th
   }
 }
 
+// The INT8 section is encoded in three passes over 8-channel chunks (int8_codec.hpp); each token's
+// scale and codes must be what encode_int8_group gives for its row, flags included.
+TEST_CASE("packing: INT8 section equals encode_int8_group of each token (NaN, Inf, saturated, zero rows)") {
+  using T = CfgInt8::dtype;
+  constexpr int D = CfgInt8::head_dim, P = CfgInt8::page;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<T> x(size_t(P) * D);
+  for (auto& e : x) e = T::from_float(nd(rng));
+  for (int c = 0; c < D; ++c) x[size_t(5) * D + c] = T::from_float(0.0f);  // token 5: all zero
+  x[size_t(7) * D + 3] = T::from_float(NAN);
+  x[size_t(9) * D + 100] = T::from_float(INFINITY);
+  x[size_t(11) * D + 64] = T::from_float(-1.0e6f);  // beyond fp16: saturates
+  std::vector<uint8_t> rec(CfgInt8::record_bytes), scratch(size_t(P) * D);
+  uint32_t flags = 0;
+  auto row = [&](int t) { return x.data() + size_t(t) * D; };
+  kvq::encode_record<CfgInt8>(row, row, rec.data(), scratch.data(), 0, 1, [] {}, flags);
+  uint32_t want_flags = 0;
+  int64_t bad = 0;
+  for (const size_t off : {CfgInt8::record.k_codes, CfgInt8::record.v_codes}) {
+    const int8_t* codes = reinterpret_cast<const int8_t*>(rec.data() + off);
+    const float* scales = reinterpret_cast<const float*>(rec.data() + off + (CfgInt8::record.k_params - CfgInt8::record.k_codes));
+    for (int t = 0; t < P; ++t) {
+      int8_t want[D];
+      const float scale = kvq::encode_int8_group(D, [&](int i) { return row(t)[i].to_float(); },
+                                                 [&](int i, int8_t c) { want[i] = c; }, want_flags);
+      bad += std::memcmp(&scale, &scales[t], sizeof(float)) != 0;
+      bad += std::memcmp(want, codes + size_t(t) * D, D) != 0;
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(flags == want_flags);
+  CHECK((flags & kvq::kFlagNonFinite) != 0u);
+  CHECK((flags & kvq::kFlagSaturated) != 0u);
+}
+
 }  // namespace
