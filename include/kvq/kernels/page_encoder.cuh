@@ -25,7 +25,7 @@ constexpr int kEncoderThreads = 256;
 // The encoder's dynamic shared memory (page_encoder_smem() of the kernel), in order:
 //   stage   [P][D + pad] T      one section's raw rows (keys, then values); rows padded by 16
 //                               bytes so that the value groups' reads (one row a thread) fall
-//                               in different banks
+//                               in different banks, where the whole stays within kMaxBytes
 //   scratch [P * D] bytes       the codec's scratch (section_codec.hpp)
 //   rows_k, rows_v [P] const T* where each token's raw rows are (source_row)
 template <class Cfg>
@@ -33,7 +33,12 @@ struct PageEncoderLayout {
   using T = typename Cfg::dtype;
   static constexpr int D = Cfg::head_dim, P = Cfg::page;
   static constexpr int kVec = 16 / int(sizeof(T));  // elements a 16-byte load moves
-  static constexpr int kStride = D + kVec;          // stage row stride, elements
+  // At most 98 KB, so that a block fits the 99 KB of shared memory of sm_86 / sm_89 GPUs (which
+  // run sm_80 code) with 1 KB left for the kernels' static shared memory. Only D 256 with pages of
+  // 128 goes without the padding (100,352 bytes instead of 102,400).
+  static constexpr size_t kMaxBytes = 98 * 1024;
+  static constexpr size_t unpadded_bytes = size_t(P) * D * (sizeof(T) + 1) + 2 * size_t(P) * sizeof(const T*);
+  static constexpr int kStride = unpadded_bytes + size_t(P) * 16 <= kMaxBytes ? D + kVec : D;  // stage row stride, elements
   static constexpr int kVecsPerRow = D / kVec;
   static constexpr int kVecs = P * kVecsPerRow;  // 16-byte loads of a section
   static constexpr int kPerThread = (kVecs + kEncoderThreads - 1) / kEncoderThreads;
@@ -42,6 +47,7 @@ struct PageEncoderLayout {
   static constexpr size_t rows_offset = scratch_offset + size_t(P) * D;
   static constexpr size_t bytes = rows_offset + 2 * size_t(P) * sizeof(const T*);
   static_assert(D % kVec == 0 && stage_bytes % 16 == 0 && (size_t(P) * D) % 16 == 0, "16-byte aligned parts");
+  static_assert(bytes <= kMaxBytes, "the encoder's shared memory must fit every supported GPU");
 };
 
 // Dynamic shared memory of a kernel that encodes pages (one name per translation unit).
