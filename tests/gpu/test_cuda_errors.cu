@@ -10,6 +10,7 @@
 #include <kvq/prefill/prefill.hpp>
 #include <kvq/reference/host_cache.hpp>
 
+#include <string>
 #include <vector>
 
 #include "gpu_util.cuh"
@@ -39,7 +40,7 @@ cudaError_t provoke_engine_error() {
 
 // After the kvq call: the engine still finds its own error (and this clears it).
 void expect_engine_error_kept(cudaError_t engine_error, const char* what) {
-  CHECK_MESSAGE(cudaGetLastError() == engine_error, what << ": the engine's pending error was lost");
+  CHECK_MESSAGE(cudaGetLastError() == engine_error, std::string(what) << ": the engine's pending error was lost");
   CHECK(cudaGetLastError() == cudaSuccess);
 }
 
@@ -126,18 +127,24 @@ TEST_SUITE("gpu") {
     int sms = 0;
     KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 
-    engine_error = provoke_engine_error();
+    // The workspaces are allocated before the engine's error is provoked (cudaMalloc is the
+    // engine's call, not kvq's); the plans are made again after it, since planning is kvq's.
+    const kvq::DecodeShape dshape{1, 1, 1, R, 2 * R, 1, 1, sms};
+    const kvq::PrefillShape pshape{1, 1, 1, R, 2 * R, 1, 1};
     kvq::DecodePlan plan{};
-    REQUIRE(kvq::plan_decode<Cfg>(kvq::DecodeShape{1, 1, 1, R, 2 * R, 1, 1, sms}, &plan) == Status::kSuccess);
-    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    kvq::PrefillPlan pplan{};
+    REQUIRE(kvq::plan_decode<Cfg>(dshape, &plan) == Status::kSuccess);
+    REQUIRE(kvq::plan_prefill<Cfg>(pshape, &pplan) == Status::kSuccess);
+    kvq_test::DeviceBuffer<uint8_t> ws(plan.workspace_bytes), pws(pplan.workspace_bytes);
+
+    engine_error = provoke_engine_error();
+    REQUIRE(kvq::plan_decode<Cfg>(dshape, &plan) == Status::kSuccess);
     CHECK(kvq::decode<Cfg>(layer.view(), att, plan, ws.get(), plan.workspace_bytes, out.get(), flags.get(), nullptr) ==
           Status::kSuccess);
     expect_engine_error_kept(engine_error, "plan_decode + decode");
 
     engine_error = provoke_engine_error();
-    kvq::PrefillPlan pplan{};
-    REQUIRE(kvq::plan_prefill<Cfg>(kvq::PrefillShape{1, 1, 1, R, 2 * R, 1, 1}, &pplan) == Status::kSuccess);
-    kvq_test::DeviceBuffer<uint8_t> pws(pplan.workspace_bytes);
+    REQUIRE(kvq::plan_prefill<Cfg>(pshape, &pplan) == Status::kSuccess);
     CHECK(kvq::prefill<Cfg>(layer.view(), att, pplan, pws.get(), pplan.workspace_bytes, out.get(), flags.get(), nullptr) ==
           Status::kSuccess);
     expect_engine_error_kept(engine_error, "plan_prefill + prefill");
