@@ -95,10 +95,8 @@ struct SectionRows {
 // rows from the ring / fresh_k / fresh_v (source_row; sink rows as encoder_token says), into
 // `record`. Every thread of the block (kEncoderThreads) calls it; it begins and ends with a
 // barrier, and reads the rows only before the closing one.
-// Not inlined: the kernels' paths that encode nothing (an append step without a page turning
-// cold) stay a few hundred bytes of code, which matters when the code is not in the caches.
 template <class Cfg>
-__device__ __noinline__ void encode_page_block(const CacheView<typename Cfg::dtype>& v, const typename Cfg::dtype* fresh_k,
+__device__ void encode_page_block(const CacheView<typename Cfg::dtype>& v, const typename Cfg::dtype* fresh_k,
                                   const typename Cfg::dtype* fresh_v, const SeqAppend& s, int64_t p, int h,
                                   uint8_t* record, uint32_t& flags) {
   using T = typename Cfg::dtype;
