@@ -62,7 +62,7 @@ template <class Cfg, class Kernel>
 Status page_encoder_smem_bytes(Kernel kernel, size_t* bytes) {
   *bytes = PageEncoderLayout<Cfg>::bytes;
   if (*bytes <= 48 * 1024) return Status::kSuccess;
-  return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(*bytes)));
+  return cuda_status(allow_dynamic_smem(kernel, *bytes));
 }
 
 // A section's raw rows, 16 bytes a load, into registers (load_rows) and from there into the
