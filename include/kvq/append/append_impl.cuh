@@ -23,6 +23,26 @@ namespace detail {
 
 constexpr int kAppendThreads = kEncoderThreads;
 
+// The new tokens that stay hot, into their ring rows (fewer than W = R + P tokens in all): those
+// whose rows belong to row page `item`, or all of them for item -1. Every thread of the block.
+template <class Cfg>
+__device__ __forceinline__ void write_new_rows(const CacheView<typename Cfg::dtype>& v, const AppendBatch<typename Cfg::dtype>& a,
+                                               const SeqAppend& plan, int h, int item, int row_pages) {
+  using T = typename Cfg::dtype;
+  constexpr int D = Cfg::head_dim, P = Cfg::page, kVec = 16 / sizeof(T), kVecPerRow = D / kVec;
+  const int window = v.residual + P;
+  const int lo = int(plan.len_old > plan.cold_new ? plan.len_old : plan.cold_new);  // lengths are int32
+  const int count = (int(plan.len_new) - lo) * kVecPerRow;
+  for (int i = int(threadIdx.x); i < count; i += kAppendThreads) {
+    const int t = lo + i / kVecPerRow;
+    if (item >= 0 && unsigned(t / P) % unsigned(row_pages) != unsigned(item)) continue;
+    const int c = int(i % kVecPerRow) * kVec;
+    const size_t dst = hot_offset(plan.slot, ring_row(t, window), h, window, v.num_kv_heads, D) + c;
+    *reinterpret_cast<uint4*>(v.hot_k + dst) = *reinterpret_cast<const uint4*>(source_row(v, v.hot_k, a.new_k, plan, t, h, D, P) + c);
+    *reinterpret_cast<uint4*>(v.hot_v + dst) = *reinterpret_cast<const uint4*>(source_row(v, v.hot_v, a.new_v, plan, t, h, D, P) + c);
+  }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
     append_kernel(CacheView<typename Cfg::dtype> v, AppendBatch<typename Cfg::dtype> a, int max_new, uint32_t* flags) {
@@ -40,6 +60,13 @@ __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
   }
   const int window = v.residual + P, row_pages = window / P, items = row_pages + max_new / P;
   const int64_t first = plan.cold_old / P, end = plan.cold_new / P;
+  if (first == end) {
+    // No page turns cold (most decode steps): no ring row is read, so block 0 writes every new
+    // row and the others have nothing to do.
+    if (blockIdx.x == 0) write_new_rows<Cfg>(v, a, plan, h, -1, row_pages);
+    if (blockIdx.x == 0 && h == 0 && tid == 0 && a.cold_out) a.cold_out[b] = int32_t(plan.cold_new);
+    return;
+  }
   uint32_t f = 0;
   auto encode = [&](int64_t p) {
     // Page 0's sink rows, kept in the model dtype. Read here, before the encoder's closing
@@ -58,18 +85,7 @@ __global__ void __launch_bounds__(kAppendThreads) KVQ_HIDDEN
     if (item < row_pages) {
       const int64_t p = first + ((item - first % row_pages) + row_pages) % row_pages;
       if (p < end && p * P < plan.len_old) encode(p);  // ends with a barrier: reads are done
-      // New hot tokens whose ring rows are this item's rows (fewer than W tokens in all).
-      constexpr int kVec = 16 / sizeof(T), kVecPerRow = D / kVec;
-      const int lo = int(plan.len_old > plan.cold_new ? plan.len_old : plan.cold_new);  // lengths are int32
-      const int count = (int(plan.len_new) - lo) * kVecPerRow;  // < W tokens
-      for (int i = tid; i < count; i += kAppendThreads) {
-        const int t = lo + i / kVecPerRow;
-        if (unsigned(t / P) % unsigned(row_pages) != unsigned(item)) continue;
-        const int c = int(i % kVecPerRow) * kVec;
-        const size_t dst = hot_offset(plan.slot, ring_row(t, window), h, window, v.num_kv_heads, D) + c;
-        *reinterpret_cast<uint4*>(v.hot_k + dst) = *reinterpret_cast<const uint4*>(source_row(v, v.hot_k, a.new_k, plan, t, h, D, P) + c);
-        *reinterpret_cast<uint4*>(v.hot_v + dst) = *reinterpret_cast<const uint4*>(source_row(v, v.hot_v, a.new_v, plan, t, h, D, P) + c);
-      }
+      write_new_rows<Cfg>(v, a, plan, h, item, row_pages);
     } else {
       const int64_t p = (first > (plan.len_old + P - 1) / P ? first : (plan.len_old + P - 1) / P) + (item - row_pages);
       if (p < end) encode(p);
