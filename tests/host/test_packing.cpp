@@ -265,4 +265,105 @@ TEST_CASE("packing: encode_record writes codes at code_slot and parameters in th
   }
 }
 
+// The INT8 section is encoded in three passes over 8-channel chunks (int8_codec.hpp); each token's
+// scale and codes must be what encode_int8_group gives for its row, flags included.
+TEST_CASE("packing: INT8 section equals encode_int8_group of each token (NaN, Inf, saturated, zero rows)") {
+  using T = CfgInt8::dtype;
+  constexpr int D = CfgInt8::head_dim, P = CfgInt8::page;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<T> x(size_t(P) * D);
+  for (auto& e : x) e = T::from_float(nd(rng));
+  for (int c = 0; c < D; ++c) x[size_t(5) * D + c] = T::from_float(0.0f);  // token 5: all zero
+  x[size_t(7) * D + 3] = T::from_float(NAN);
+  x[size_t(9) * D + 100] = T::from_float(INFINITY);
+  x[size_t(11) * D + 64] = T::from_float(-1.0e6f);  // beyond fp16: saturates
+  std::vector<uint8_t> rec(CfgInt8::record_bytes), scratch(size_t(P) * D);
+  uint32_t flags = 0;
+  auto row = [&](int t) { return x.data() + size_t(t) * D; };
+  kvq::encode_record<CfgInt8>(row, row, rec.data(), scratch.data(), 0, 1, [] {}, flags);
+  uint32_t want_flags = 0;
+  int64_t bad = 0;
+  for (const size_t off : {CfgInt8::record.k_codes, CfgInt8::record.v_codes}) {
+    const int8_t* codes = reinterpret_cast<const int8_t*>(rec.data() + off);
+    const float* scales = reinterpret_cast<const float*>(rec.data() + off + (CfgInt8::record.k_params - CfgInt8::record.k_codes));
+    for (int t = 0; t < P; ++t) {
+      int8_t want[D];
+      const float scale = kvq::encode_int8_group(D, [&](int i) { return row(t)[i].to_float(); },
+                                                 [&](int i, int8_t c) { want[i] = c; }, want_flags);
+      bad += std::memcmp(&scale, &scales[t], sizeof(float)) != 0;
+      bad += std::memcmp(want, codes + size_t(t) * D, D) != 0;
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(flags == want_flags);
+  CHECK((flags & kvq::kFlagNonFinite) != 0u);
+  CHECK((flags & kvq::kFlagSaturated) != 0u);
+}
+
+// The INT2 / INT4 sections are encoded in passes over 8-element chunks (asym_codec.hpp); each
+// group's parameters and codes must be what encode_asym_group gives for it, flags included.
+template <class Cfg>
+void asym_section_matches_groups(kvq::KeyClip clip) {
+  using T = typename Cfg::dtype;
+  using KQ = typename Cfg::k_quant;
+  using VQ = typename Cfg::v_quant;
+  constexpr int D = Cfg::head_dim, P = Cfg::page;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<T> k(size_t(P) * D), v(k.size());
+  for (auto& e : k) e = T::from_float(nd(rng));
+  for (auto& e : v) e = T::from_float(nd(rng));
+  k[size_t(1) * D + 5] = T::from_float(40.0f);  // an outlier for the MSE clip
+  k[size_t(3) * D + 7] = T::from_float(NAN);
+  v[size_t(2) * D + 9] = T::from_float(-INFINITY);
+  v[size_t(P - 1) * D + 1] = T::from_float(2.0e5f);  // beyond fp16: saturates
+  std::vector<uint8_t> rec(Cfg::record_bytes), scratch(size_t(P) * D);
+  uint32_t flags = 0, want_flags = 0;
+  kvq::encode_record<Cfg>([&](int t) { return k.data() + size_t(t) * D; }, [&](int t) { return v.data() + size_t(t) * D; },
+                          rec.data(), scratch.data(), 0, 1, [] {}, flags, clip);
+  constexpr kvq::RecordOffsets o = Cfg::record;
+  const uint32_t* kw = reinterpret_cast<const uint32_t*>(rec.data() + o.k_codes);
+  const uint32_t* vw = reinterpret_cast<const uint32_t*>(rec.data() + o.v_codes);
+  const uint16_t* kp = reinterpret_cast<const uint16_t*>(rec.data() + o.k_params);
+  const uint16_t* vp = reinterpret_cast<const uint16_t*>(rec.data() + o.v_params);
+  int64_t bad = 0;
+  for (int g = 0; g < P / KQ::group; ++g)  // key groups: channel c of tokens [g Gk, (g + 1) Gk)
+    for (int c = 0; c < D; ++c) {
+      const kvq::AsymParams p = kvq::encode_asym_group<KQ::bits>(
+          KQ::group, [&](int i) { return k[size_t(g * KQ::group + i) * D + c].to_float(); },
+          [&](int i, uint32_t code) {
+            const kvq::CodeSlot sl = kvq::code_slot<KQ::bits, D>(Role::kKey, g * KQ::group + i, c);
+            bad += ((kw[sl.word] >> sl.shift) & uint32_t(KQ::max_code)) != code;
+          },
+          want_flags, clip);
+      bad += kp[(2 * g) * D + c] != p.scale || kp[(2 * g + 1) * D + c] != p.zero;
+    }
+  constexpr int vg = D / VQ::group;
+  for (int t = 0; t < P; ++t)  // value groups: channels [g Gv, (g + 1) Gv) of token t
+    for (int g = 0; g < vg; ++g) {
+      const kvq::AsymParams p = kvq::encode_asym_group<VQ::bits>(
+          VQ::group, [&](int i) { return v[size_t(t) * D + g * VQ::group + i].to_float(); },
+          [&](int i, uint32_t code) {
+            const kvq::CodeSlot sl = kvq::code_slot<VQ::bits, D>(Role::kValue, t, g * VQ::group + i);
+            bad += ((vw[sl.word] >> sl.shift) & uint32_t(VQ::max_code)) != code;
+          },
+          want_flags);
+      bad += vp[t * vg + g] != p.scale || vp[P * vg + t * vg + g] != p.zero;
+    }
+  CHECK(bad == 0);
+  CHECK(flags == want_flags);
+  CHECK((flags & kvq::kFlagNonFinite) != 0u);
+  CHECK((flags & kvq::kFlagSaturated) != 0u);
+}
+
+TEST_CASE("packing: INT2 / INT4 sections equal encode_asym_group of each group (min/max and MSE keys, groups of 32, 16 and 4)") {
+  using CfgSmall = kvq::CacheConfig<kvq::bf16, 64, 16, kvq::Int4<16>, kvq::Int2<4>>;
+  for (const kvq::KeyClip clip : {kvq::KeyClip::kMinMax, kvq::KeyClip::kMse}) {
+    CAPTURE(int(clip));
+    asym_section_matches_groups<CfgInt2>(clip);
+    asym_section_matches_groups<CfgSmall>(clip);
+  }
+}
+
 }  // namespace

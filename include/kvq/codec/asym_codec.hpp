@@ -19,17 +19,6 @@
 
 KVQ_NAMESPACE_BEGIN
 
-namespace detail {
-// Channel c of tokens [t0, t0 + n) of a page: one key group, read through the caller's row().
-template <class Row>
-struct KeyColumn {
-  Row& row;
-  int t0, c;
-  KVQ_EXEC_CHECK_DISABLE
-  KVQ_HD float operator()(int k) const { return row(t0 + k)[c].to_float(); }
-};
-}  // namespace detail
-
 template <int Bits, int G>
 struct Codec<IntAsym<Bits, G>> {
   using Q = IntAsym<Bits, G>;
@@ -96,35 +85,86 @@ struct Codec<IntAsym<Bits, G>> {
     for (int e = 0; e < kDecodeChunk; ++e) out[e] = asym_decode(code[e], f16_bits_to_f32(par[e].zero), f16_bits_to_f32(par[e].scale));
   }
 
-  // One thread a group (its scale and zero point, its codes into scratch), then, after `sync`,
-  // one thread a packed word.
+  // Four passes, cut the same way for one host thread and a device block, each after `sync`:
+  // (1) the min and max of each 8-element chunk of a group (keys: 8 tokens of one channel; values:
+  // 8 channels of one token) into scratch (skipped for groups of at most 8: a group is one chunk); (2) each group's range from its chunks (fminf / fmaxf
+  // are exact, so the order does not matter; kMse then walks the whole group), its scale and zero
+  // point into the record; (3) each chunk's 8 codes, from the stored parameters, into scratch
+  // (over the chunk ranges, which pass 2 consumed); (4) one thread a packed word. The bytes are
+  // encode_asym_group's of each group (tests/host/test_packing.cpp).
   KVQ_EXEC_CHECK_DISABLE
   template <Role R, int D, int P, class T, class Row, class Sync>
   KVQ_HD static void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t* scratch, int tid, int nthreads,
                                     Sync&& sync, uint32_t& flags, KeyClip key_clip) {
+    constexpr int C = G < kDecodeChunk ? G : kDecodeChunk;  // elements a chunk (a whole group below 8)
+    constexpr int kChunks = P * D / C;                      // chunks of the section
+    constexpr int kPerGroup = G / C;                        // chunks of a group
+    static_assert(G % C == 0, "groups are whole chunks");
     uint16_t* p16 = reinterpret_cast<uint16_t*>(params);
-    if constexpr (R == Role::kKey) {
-      // groups: (token group g, channel c); params scale at [2g][c], zero at [2g+1][c]
-      for (int i = tid; i < (P / G) * D; i += nthreads) {
-        const int g = i / D, c = i % D;
-        const AsymParams p = encode_asym_group<Q::bits>(
-            G, detail::KeyColumn<Row>{row, g * G, c},
-            [&](int k, uint32_t code) { scratch[(g * G + k) * D + c] = uint8_t(code); }, flags, key_clip);
-        p16[(2 * g) * D + c] = p.scale;
-        p16[(2 * g + 1) * D + c] = p.zero;
+    float* lo_of = reinterpret_cast<float*>(scratch);  // [kChunks], then hi_of: P * D bytes in all
+    float* hi_of = lo_of + kChunks;
+    // Chunk i (C elements): keys channel c = i % D of tokens C (i / D) ..; values token
+    // t = i / (D / C), channels C (i % (D / C)) ... Element k of chunk i at (token, channel):
+    auto elem_t = [](int i, int k) { return R == Role::kKey ? (i / D) * C + k : i / (D / C); };
+    auto elem_c = [](int i, int k) { return R == Role::kKey ? i % D : (i % (D / C)) * C + k; };
+    auto chunk_range = [&](int i, float& lo, float& hi) {
+      KVQ_UNROLL
+      for (int k = 0; k < C; ++k) {
+        const float x = sanitize(row(elem_t(i, k))[elem_c(i, k)].to_float(), flags);
+        lo = fminf(lo, x);
+        hi = fmaxf(hi, x);
       }
-    } else {
-      // groups: (token t, channel group g); params scale at [t][g], zero at [P + t][g]
-      constexpr int groups = D / G;
-      for (int i = tid; i < P * groups; i += nthreads) {
-        const int t = i / groups, g = i % groups;
-        const T* x = row(t);
-        const AsymParams p = encode_asym_group<Q::bits>(
-            G, [&](int k) { return x[g * G + k].to_float(); },
-            [&](int k, uint32_t code) { scratch[t * D + g * G + k] = uint8_t(code); }, flags);
-        p16[t * groups + g] = p.scale;
-        p16[P * groups + t * groups + g] = p.zero;
+    };
+    if constexpr (kPerGroup > 1) {  // (with one chunk a group, pass 2 reads the group itself)
+      for (int i = tid; i < kChunks; i += nthreads) {
+        float lo = kF16Max, hi = -kF16Max;
+        chunk_range(i, lo, hi);
+        lo_of[i] = lo;
+        hi_of[i] = hi;
       }
+      sync();
+    }
+    // Group j: keys (token group j / D, channel j % D), parameters at [2g][c] / [2g+1][c];
+    // values (token j / (D / G), channel group j % (D / G)), at [t][g] / [P + t][g]. Its chunks:
+    // keys i = (g G / C + q) D + c, values i = t D / C + g G / C + q, q < G / C.
+    constexpr int kGroups = P * D / G;
+    auto chunk_of = [](int j, int q) {
+      return R == Role::kKey ? ((j / D) * kPerGroup + q) * D + j % D : (j / (D / G)) * (D / C) + (j % (D / G)) * kPerGroup + q;
+    };
+    auto scale_slot = [](int j) { return R == Role::kKey ? (2 * (j / D)) * D + j % D : j; };
+    auto zero_slot = [](int j) { return R == Role::kKey ? (2 * (j / D) + 1) * D + j % D : P * (D / G) + j; };
+    for (int j = tid; j < kGroups; j += nthreads) {
+      float lo = kF16Max, hi = -kF16Max;
+      if constexpr (kPerGroup > 1) {
+        for (int q = 0; q < kPerGroup; ++q) {
+          lo = fminf(lo, lo_of[chunk_of(j, q)]);
+          hi = fmaxf(hi, hi_of[chunk_of(j, q)]);
+        }
+      } else {
+        chunk_range(chunk_of(j, 0), lo, hi);
+      }
+      if (R == Role::kKey && key_clip == KeyClip::kMse) {
+        auto get = [&](int k) {
+          const int i = chunk_of(j, k / C);
+          return row(elem_t(i, k % C))[elem_c(i, k % C)].to_float();
+        };
+        mse_clip_range<Q::bits>(G, get, lo, hi);
+      }
+      const AsymParams p = asym_params<Q::bits>(lo, hi);
+      p16[scale_slot(j)] = p.scale;
+      p16[zero_slot(j)] = p.zero;
+    }
+    sync();
+    for (int i = tid; i < kChunks; i += nthreads) {
+      const int j = R == Role::kKey ? (i / D / kPerGroup) * D + i % D : (i / (D / C)) * (D / G) + (i % (D / C)) / kPerGroup;
+      const float zero = f16_bits_to_f32(p16[zero_slot(j)]), scale = f16_bits_to_f32(p16[scale_slot(j)]);
+      uint32_t ignored = 0;
+      uint8_t code[C];
+      KVQ_UNROLL
+      for (int k = 0; k < C; ++k)
+        code[k] = uint8_t(asym_encode<Q::bits>(sanitize(row(elem_t(i, k))[elem_c(i, k)].to_float(), ignored), zero, scale));
+      KVQ_UNROLL
+      for (int k = 0; k < C; ++k) scratch[elem_t(i, k) * D + elem_c(i, k)] = code[k];
     }
     sync();
     uint32_t* words = reinterpret_cast<uint32_t*>(codes);

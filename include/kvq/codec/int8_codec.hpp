@@ -47,17 +47,45 @@ struct Codec<Int8> {
     for (int e = 0; e < kDecodeChunk; ++e) out[e] = int8_decode(row[e], scale);
   }
 
-  // One thread a token: its absmax scale, then its D codes.
+  // Three passes, cut the same way for one host thread and a device block: the absolute maximum
+  // of each 8-channel chunk of each token into scratch (fp32, P x D/8); after `sync`, each token's
+  // scale from its chunks' maxima (int8_scale of the token's absolute maximum: fmaxf is exact, so
+  // the maxima's order does not matter); after `sync`, each chunk's 8 codes in one 8-byte store.
   KVQ_EXEC_CHECK_DISABLE
   template <Role R, int D, int P, class T, class Row, class Sync>
-  KVQ_HD static void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t*, int tid, int nthreads, Sync&&,
-                                    uint32_t& flags, KeyClip) {
-    int8_t* out = reinterpret_cast<int8_t*>(codes);
+  KVQ_HD static void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t* scratch, int tid, int nthreads,
+                                    Sync&& sync, uint32_t& flags, KeyClip) {
+    constexpr int kChunks = D / kDecodeChunk;  // chunks of a token
+    float* chunk_max = reinterpret_cast<float*>(scratch);  // P * D / 2 bytes of the P * D
     float* scales = reinterpret_cast<float*>(params);
+    for (int i = tid; i < P * kChunks; i += nthreads) {
+      const T* x = row(i / kChunks) + (i % kChunks) * kDecodeChunk;
+      float m = 0.0f;
+      KVQ_UNROLL
+      for (int e = 0; e < kDecodeChunk; ++e) m = fmaxf(m, fabsf(sanitize(x[e].to_float(), flags)));
+      chunk_max[i] = m;
+    }
+    sync();
     for (int t = tid; t < P; t += nthreads) {
-      const T* x = row(t);
-      scales[t] = encode_int8_group(D, [&](int i) { return x[i].to_float(); },
-                                    [&](int i, int8_t code) { out[t * D + i] = code; }, flags);
+      float m = 0.0f;
+      for (int j = 0; j < kChunks; ++j) m = fmaxf(m, chunk_max[t * kChunks + j]);
+      scales[t] = int8_scale(m);
+    }
+    sync();
+    for (int i = tid; i < P * kChunks; i += nthreads) {
+      const int t = i / kChunks;
+      const T* x = row(t) + (i % kChunks) * kDecodeChunk;
+      const float scale = scales[t];
+      uint32_t ignored = 0, w[2] = {0u, 0u};
+      KVQ_UNROLL
+      for (int e = 0; e < kDecodeChunk; ++e)
+        w[e / 4] |= uint32_t(static_cast<uint8_t>(int8_encode(sanitize(x[e].to_float(), ignored), scale))) << (8 * (e % 4));
+      uint8_t* out = codes + size_t(i) * kDecodeChunk;  // token t, channels (i % kChunks) * 8 ..
+#if defined(__CUDA_ARCH__)
+      *reinterpret_cast<uint2*>(out) = make_uint2(w[0], w[1]);  // 8-byte aligned: records are 16-byte aligned, D % 8 == 0
+#else
+      for (int e = 0; e < kDecodeChunk; ++e) out[e] = uint8_t(w[e / 4] >> (8 * (e % 4)));
+#endif
     }
   }
 };

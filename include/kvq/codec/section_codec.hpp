@@ -18,7 +18,7 @@ KVQ_NAMESPACE_BEGIN
 
 // row(t) -> const T* : the D raw model values of token t of the page (t in [0, P)).
 // codes/params: the section's two parts inside the record (record_layout.hpp).
-// scratch: P*D bytes of per-thread-group scratch (shared memory on the device).
+// scratch: P*D bytes, 16-byte aligned, of per-thread-group scratch (shared memory on the device).
 KVQ_EXEC_CHECK_DISABLE
 template <class Q, Role R, int D, int P, class T, class Row, class Sync>
 KVQ_HD void encode_section(Row&& row, uint8_t* codes, uint8_t* params, uint8_t* scratch, int tid,

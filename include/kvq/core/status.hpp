@@ -51,8 +51,11 @@ inline int& cuda_error_slot() {
 // cudaLaunchKernelEx (which returns that launch's own error) and never calls cudaGetLastError or
 // cudaPeekAtLastError, so an error an engine caused before the call (say a launch with a bad
 // configuration, still pending in the runtime's last-error state) is neither reported as kvq's nor
-// cleared: the engine's own cudaGetLastError still returns it. (A sticky error, one that breaks
-// the context, makes kvq's own calls fail too: those calls then return kCudaError.)
+// cleared: the engine's own cudaGetLastError still returns it. One exception: the first kvq call
+// that raises a kernel's dynamic shared memory limit (normally the first plan or launch of a
+// configuration) calls cudaFuncSetAttribute, inside which the CUDA runtime clears a pending error
+// (core/launch.cuh, allow_dynamic_smem). (A sticky error, one that breaks the context, makes kvq's
+// own calls fail too: those calls then return kCudaError.)
 //
 // When a kvq call returns kCudaError, last_cuda_error() returns the cudaError_t of the call that
 // failed, e.g. cudaGetErrorString(static_cast<cudaError_t>(kvq::last_cuda_error())). It is an int

@@ -118,8 +118,7 @@ __device__ inline void combine_warps_and_store(const float* red_o, const float* 
 template <class Kernel>
 Status split_kernel_occupancy(Kernel kernel, size_t bytes, int* ctas_per_sm, int* regs, size_t* smem) {
   cudaFuncAttributes attr{};
-  if (!cuda_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes))) ||
-      !cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, kDecodeWarps * 32, bytes)) ||
+  if (!cuda_ok(allow_dynamic_smem(kernel, bytes)) || !cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, kDecodeWarps * 32, bytes)) ||
       !cuda_ok(cudaFuncGetAttributes(&attr, kernel)))
     return Status::kCudaError;
   *regs = attr.numRegs;
@@ -132,7 +131,7 @@ Status split_kernel_occupancy(Kernel kernel, size_t bytes, int* ctas_per_sm, int
 template <class Kernel, class T>
 Status launch_split_kernel(Kernel kernel, size_t bytes, dim3 grid, cudaStream_t stream, const CacheView<T>& v,
                            const AttentionBatch<T>& a, const DecodePlan& plan, const DecodeWorkspace& ws, uint32_t* flags) {
-  if (!cuda_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)))) return Status::kCudaError;
+  if (!cuda_ok(allow_dynamic_smem(kernel, bytes))) return Status::kCudaError;
   return cuda_status(launch_dependent(kernel, plan.dependent_launches != 0, grid, dim3(kDecodeWarps * 32), bytes, stream, v, a,
                                       plan, ws, flags));
 }

@@ -33,7 +33,7 @@ Status launch_prefill_kernel(void (*kernel)(CacheView<T>, AttentionBatch<T>, Pre
                              int threads, size_t smem, const CacheView<T>& cache, const AttentionBatch<T>& batch,
                              const PrefillPlan& plan, uint8_t* transition, T* out, uint32_t* flags, cudaStream_t stream,
                              bool pairs = false) {
-  if (!cuda_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)))) return Status::kCudaError;
+  if (!cuda_ok(allow_dynamic_smem(kernel, smem))) return Status::kCudaError;
   const int64_t row_tiles = pairs ? prefill_paired_grid_tiles(plan.row_tiles) : int64_t(plan.row_tiles);
   if (row_tiles > INT32_MAX) return Status::kInvalidShape;  // the grid's x limit
   const dim3 grid(unsigned(row_tiles), unsigned(batch.batch), unsigned(cache.num_kv_heads));
