@@ -6,6 +6,21 @@
 
 namespace {
 
+// A record's four sections as a test reads them: key and value code words, key and value group
+// parameters (fp16 bits).
+struct RecordSections {
+  const uint32_t* kw;
+  const uint32_t* vw;
+  const uint16_t* kp;
+  const uint16_t* vp;
+};
+template <class Cfg>
+RecordSections record_sections(const std::vector<uint8_t>& rec) {
+  constexpr kvq::RecordOffsets o = Cfg::record;
+  return {reinterpret_cast<const uint32_t*>(rec.data() + o.k_codes), reinterpret_cast<const uint32_t*>(rec.data() + o.v_codes),
+          reinterpret_cast<const uint16_t*>(rec.data() + o.k_params), reinterpret_cast<const uint16_t*>(rec.data() + o.v_params)};
+}
+
 using namespace kvq_test;
 
 struct Expect {
@@ -185,11 +200,7 @@ void encoded_page_order() {
   kvq::encode_record<Cfg>([&](int t) { return k.data() + size_t(t) * D; }, [&](int t) { return v.data() + size_t(t) * D; },
                           rec.data(), scratch.data(), 0, 1, [] {}, flags);
   CHECK(flags == 0u);
-  constexpr kvq::RecordOffsets o = Cfg::record;
-  const uint32_t* kw = reinterpret_cast<const uint32_t*>(rec.data() + o.k_codes);
-  const uint32_t* vw = reinterpret_cast<const uint32_t*>(rec.data() + o.v_codes);
-  const uint16_t* kp = reinterpret_cast<const uint16_t*>(rec.data() + o.k_params);
-  const uint16_t* vp = reinterpret_cast<const uint16_t*>(rec.data() + o.v_params);
+  const auto [kw, vw, kp, vp] = record_sections<Cfg>(rec);
   int64_t bad = 0;
   for (int t = 0; t < P; ++t)
     for (int c = 0; c < D; ++c) {
@@ -322,11 +333,7 @@ void asym_section_matches_groups(kvq::KeyClip clip) {
   uint32_t flags = 0, want_flags = 0;
   kvq::encode_record<Cfg>([&](int t) { return k.data() + size_t(t) * D; }, [&](int t) { return v.data() + size_t(t) * D; },
                           rec.data(), scratch.data(), 0, 1, [] {}, flags, clip);
-  constexpr kvq::RecordOffsets o = Cfg::record;
-  const uint32_t* kw = reinterpret_cast<const uint32_t*>(rec.data() + o.k_codes);
-  const uint32_t* vw = reinterpret_cast<const uint32_t*>(rec.data() + o.v_codes);
-  const uint16_t* kp = reinterpret_cast<const uint16_t*>(rec.data() + o.k_params);
-  const uint16_t* vp = reinterpret_cast<const uint16_t*>(rec.data() + o.v_params);
+  const auto [kw, vw, kp, vp] = record_sections<Cfg>(rec);
   int64_t bad = 0;
   for (int g = 0; g < P / KQ::group; ++g)  // key groups: channel c of tokens [g Gk, (g + 1) Gk)
     for (int c = 0; c < D; ++c) {
