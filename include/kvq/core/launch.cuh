@@ -36,12 +36,13 @@ inline bool cuda_ok(cudaError_t e) { return cuda_status(e) == Status::kSuccess; 
 // a pending error of the calling thread inside cudaFuncSetAttribute (CUDA 13 on an H100: an
 // engine's failed launch before it is then lost), which the query does not; so an engine's error
 // survives every kvq call except the first one that raises a kernel's limit (in practice the first
-// plan or launch of a configuration).
+// plan or launch of a configuration). `attr`, when given, receives the kernel's attributes.
 template <class Kernel>
-cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes) {
-  cudaFuncAttributes attr{};
-  const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
-  if (e != cudaSuccess || size_t(attr.maxDynamicSharedSizeBytes) >= bytes) return e;
+cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes, cudaFuncAttributes* attr = nullptr) {
+  cudaFuncAttributes own{};
+  cudaFuncAttributes& a = attr ? *attr : own;
+  const cudaError_t e = cudaFuncGetAttributes(&a, kernel);
+  if (e != cudaSuccess || size_t(a.maxDynamicSharedSizeBytes) >= bytes) return e;
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 

@@ -118,8 +118,8 @@ __device__ inline void combine_warps_and_store(const float* red_o, const float* 
 template <class Kernel>
 Status split_kernel_occupancy(Kernel kernel, size_t bytes, int* ctas_per_sm, int* regs, size_t* smem) {
   cudaFuncAttributes attr{};
-  if (!cuda_ok(allow_dynamic_smem(kernel, bytes)) || !cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, kDecodeWarps * 32, bytes)) ||
-      !cuda_ok(cudaFuncGetAttributes(&attr, kernel)))
+  if (!cuda_ok(allow_dynamic_smem(kernel, bytes, &attr)) ||
+      !cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, kDecodeWarps * 32, bytes)))
     return Status::kCudaError;
   *regs = attr.numRegs;
   *smem = attr.sharedSizeBytes + bytes;

@@ -47,7 +47,7 @@ KVQ_DEVICE WgmmaSoftmaxRows softmax_rows(float softmax_scale, float softcap, int
 // softmax_probabilities after the soft cap: mask, row max, correction, exponentials; sc is the
 // factor from the logits to log2 units (1 where the cap already applied it).
 template <int BN>
-KVQ_DEVICE void softmax_rows(float (&s)[BN / 2], const WgmmaSoftmaxRows& r, int64_t t0, float (&m)[2], float (&l)[2],
+KVQ_DEVICE void masked_exponentials(float (&s)[BN / 2], const WgmmaSoftmaxRows& r, int64_t t0, float (&m)[2], float (&l)[2],
                              float (&corr)[2], const float sc) {
   constexpr int NB = BN / 8;
   if (t0 + BN - 1 > r.wg_first) {  // some key of the tile is past some row's position
@@ -86,7 +86,7 @@ KVQ_DEVICE void softmax_rows(float (&s)[BN / 2], const WgmmaSoftmaxRows& r, int6
 
 // Running max m (log2 units) and sum l of the thread's two rows; corr gets the factor by which
 // the rows' earlier O and l shrink (l is already scaled here). s: the tile's logits -> probabilities.
-// softmax_rows is called inside each arm of the soft-cap branch, not after it: when the body
+// masked_exponentials is called inside each arm of the soft-cap branch, not after it: when the body
 // followed the branch, ptxas hoisted the consumer loop's next wgmma wait (wgmma_wait<0>, for O)
 // above the whole softmax, which then ran after P . V instead of under it (every MUFU.EX2 of the
 // loop came after its WARPGROUP.DEPBAR; CUDA 13.0, read from the SASS).
@@ -96,9 +96,9 @@ KVQ_DEVICE void softmax_probabilities(float (&s)[BN / 2], const WgmmaSoftmaxRows
   if (r.cap_log2 > 0.0f) {
     KVQ_UNROLL
     for (int x = 0; x < BN / 2; ++x) s[x] = r.cap_log2 * tanhf(s[x] * r.cap_pre);
-    softmax_rows<BN>(s, r, t0, m, l, corr, 1.0f);
+    masked_exponentials<BN>(s, r, t0, m, l, corr, 1.0f);
   } else {
-    softmax_rows<BN>(s, r, t0, m, l, corr, r.scale_log2);
+    masked_exponentials<BN>(s, r, t0, m, l, corr, r.scale_log2);
   }
 }
 
