@@ -29,11 +29,10 @@ void append_csv(const std::string& path, const std::string& model, const CacheSp
   std::ofstream out(path, std::ios::app);
   if (!out) throw Error("cannot write " + path);
   if (fresh) out << "model,format,gk,gv,residual,metric,context,value,n,variant\n";
-  const bool grouped = spec.format == "int4" || spec.format == "int2" || spec.format == "k4v2" || spec.format == "k2v4";
   for (const CsvRow& r : rows) {
     char value[64];
     std::snprintf(value, sizeof value, "%.6g", r.value);
-    out << model << ',' << format_label(spec) << ',' << (grouped ? spec.gk : 0) << ',' << (grouped ? spec.gv : 0) << ','
+    out << model << ',' << format_label(spec) << ',' << (spec.grouped() ? spec.gk : 0) << ',' << (spec.grouped() ? spec.gv : 0) << ','
         << spec.residual << ',' << r.metric << ',' << r.context << ',' << value << ',' << r.n << ',' << variant_label(spec)
         << '\n';
   }

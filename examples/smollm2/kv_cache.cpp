@@ -48,9 +48,7 @@ void parse_mix(CacheSpec& spec, const std::string& value) {
   for (int l : layers)
     if (&spec.format_of(l) != &spec.format)
       throw Error("--mix: layer " + std::to_string(l) + " is already in another --mix");
-  CacheSpec probe = spec;
-  probe.format = m.format;
-  config_key(probe);  // an unknown format is refused here
+  config_key(spec.with_format(m.format));  // an unknown format is refused here
   spec.mix.push_back(std::move(m));
 }
 
@@ -60,9 +58,23 @@ std::string describe_mix(const CacheSpec& spec) {
   return out;
 }
 
+LayerFormats layer_formats(const CacheSpec& spec, int layers) {
+  for (const CacheSpec::LayerMix& m : spec.mix)
+    for (int l : m.layers)
+      if (l >= layers) throw Error("kv cache: --mix names layer " + std::to_string(l) + "; the model has " + std::to_string(layers));
+  LayerFormats out;
+  for (int l = 0; l < layers; ++l) {
+    const std::string& f = spec.format_of(l);
+    const size_t i = size_t(std::find(out.formats.begin(), out.formats.end(), f) - out.formats.begin());
+    if (i == out.formats.size()) out.formats.push_back(f);
+    out.of_layer.push_back(int(i));
+  }
+  return out;
+}
+
 std::string describe(const CacheSpec& s) {
   std::string out = s.format;
-  if (s.format == "int4" || s.format == "int2" || s.format == "k4v2" || s.format == "k2v4")
+  if (s.grouped())
     out += " Gk=" + std::to_string(s.gk) + " Gv=" + std::to_string(s.gv);
   out += " R=" + std::to_string(s.residual) + " P=" + std::to_string(s.page);
   if (s.sinks) out += " sinks=" + std::to_string(s.sinks);

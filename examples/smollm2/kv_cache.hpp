@@ -54,18 +54,20 @@ struct CacheSpec {
   };
   std::vector<LayerMix> mix;
   bool mixed() const { return !mix.empty(); }
+  bool grouped() const { return format == "int4" || format == "int2" || format == "k4v2" || format == "k2v4"; }  // Gk / Gv apply
   const std::string& format_of(int layer) const {
     for (const LayerMix& m : mix)
       if (std::binary_search(m.layers.begin(), m.layers.end(), layer)) return m.format;
     return format;
   }
-  // The specification of one layer's own format (no mix).
-  CacheSpec layer_spec(int layer) const {
+  // The same specification in one format for every layer (no mix); that of layer `layer`.
+  CacheSpec with_format(const std::string& f) const {
     CacheSpec s = *this;
-    s.format = format_of(layer);
+    s.format = f;
     s.mix.clear();
     return s;
   }
+  CacheSpec layer_spec(int layer) const { return with_format(format_of(layer)); }
 };
 
 // Parses one --mix FORMAT:LAYERS (LAYERS: a comma-separated list of layers and ranges A-B, e.g.
@@ -74,6 +76,14 @@ struct CacheSpec {
 void parse_mix(CacheSpec& spec, const std::string& value);
 std::string layer_list(const std::vector<int>& layers);  // {3,4,5,9} -> "3-5,9"
 std::string describe_mix(const CacheSpec& spec);         // " mix=k4v2:3-9 mix=k2v4:18" ("" without)
+
+// The formats a model's `layers` use (--format, then each --mix in the order of the layers) and
+// each layer's index into them; throws Error for a --mix layer the model does not have.
+struct LayerFormats {
+  std::vector<std::string> formats;
+  std::vector<int> of_layer;
+};
+LayerFormats layer_formats(const CacheSpec& spec, int layers);
 
 std::string describe(const CacheSpec& spec);       // e.g. "int2 Gk=32 Gv=32 R=128 P=64"
 kvq::ConfigKey config_key(const CacheSpec& spec);  // throws Error on an unknown format

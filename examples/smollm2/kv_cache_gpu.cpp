@@ -262,31 +262,22 @@ std::unique_ptr<GpuKvCache> make_gpu_kv_cache(const CacheSpec& spec, int layers,
   if (max_seqs <= 0 || max_len <= 0) throw Error("kv cache: empty cache requested");
   if (!spec.ablation.is_default())
     throw Error("kv cache: the simulated variants (" + describe(spec.ablation) + " ) run on the CPU decode path only");
-  for (const CacheSpec::LayerMix& m : spec.mix)
-    for (int l : m.layers)
-      if (l >= layers) throw Error("kv cache: --mix names layer " + std::to_string(l) + "; the model has " + std::to_string(layers));
-  // The launchers of each format in use (one more per --mix), and each layer's.
+  // kvq's launchers of each format in use (one more per --mix).
+  LayerFormats lf = layer_formats(spec, layers);
   std::vector<GpuCacheOps> ops;
-  std::vector<std::string> formats;
-  std::vector<int> layer_ops;
-  for (int l = 0; l < layers; ++l) {
-    const CacheSpec s = spec.layer_spec(l);
-    const size_t f = size_t(std::find(formats.begin(), formats.end(), s.format) - formats.begin());
-    if (f == formats.size()) {
-      GpuCacheOps o{};
-      const kvq::Status st = kvq::dispatch(GpuConfigs{}, config_key(s), [&](auto tag) {
-        o = gpu_ops<typename decltype(tag)::type>();
-        return kvq::Status::kSuccess;
-      });
-      if (st != kvq::Status::kSuccess)
-        throw Error("kv cache: configuration '" + describe(s) + "' has no GPU kernels in this binary (" + kvq::to_string(st) +
-                    "); compiled for the GPU: " + gpu_compiled_configurations());
-      formats.push_back(s.format);
-      ops.push_back(o);
-    }
-    layer_ops.push_back(int(f));
+  for (const std::string& format : lf.formats) {
+    const CacheSpec s = spec.with_format(format);
+    GpuCacheOps o{};
+    const kvq::Status st = kvq::dispatch(GpuConfigs{}, config_key(s), [&](auto tag) {
+      o = gpu_ops<typename decltype(tag)::type>();
+      return kvq::Status::kSuccess;
+    });
+    if (st != kvq::Status::kSuccess)
+      throw Error("kv cache: configuration '" + describe(s) + "' has no GPU kernels in this binary (" + kvq::to_string(st) +
+                  "); compiled for the GPU: " + gpu_compiled_configurations());
+    ops.push_back(o);
   }
-  return std::make_unique<GpuKvCacheImpl>(std::move(ops), std::move(layer_ops), spec, kv_heads, max_seqs, max_len, stream);
+  return std::make_unique<GpuKvCacheImpl>(std::move(ops), std::move(lf.of_layer), spec, kv_heads, max_seqs, max_len, stream);
 }
 
 }  // namespace smollm2

@@ -3,8 +3,6 @@
 // 0..n-1 (stepped in order, as KvCache::step requires), and a router from model layers to them.
 #include "kv_cache_mixed.hpp"
 
-#include <algorithm>
-
 #include "gguf.hpp"
 
 namespace smollm2 {
@@ -14,23 +12,12 @@ namespace {
 class MixedKvCache final : public KvCache {
  public:
   MixedKvCache(const CacheSpec& spec, int layers, int kv_heads, int max_seqs, int64_t max_len) : spec_(spec) {
-    // One part per format in use, in the order of the layers; each holds its layers in order.
-    std::vector<std::string> formats;
-    std::vector<int> count;
-    for (int l = 0; l < layers; ++l) {
-      const std::string& f = spec.format_of(l);
-      const size_t part = size_t(std::find(formats.begin(), formats.end(), f) - formats.begin());
-      if (part == formats.size()) {
-        formats.push_back(f);
-        count.push_back(0);
-      }
-      route_.push_back(Route{int(part), count[part]++});
-    }
-    for (size_t part = 0; part < formats.size(); ++part) {
-      CacheSpec s = spec;
-      s.format = formats[part];
-      s.mix.clear();
-      parts_.push_back(make_kv_cache(s, count[part], kv_heads, 64, max_seqs, max_len));
+    // One part per format in use; each holds its layers in order.
+    const LayerFormats lf = layer_formats(spec, layers);
+    std::vector<int> count(lf.formats.size(), 0);
+    for (int part : lf.of_layer) route_.push_back(Route{part, count[size_t(part)]++});
+    for (size_t part = 0; part < lf.formats.size(); ++part) {
+      parts_.push_back(make_kv_cache(spec.with_format(lf.formats[part]), count[part], kv_heads, 64, max_seqs, max_len));
     }
   }
 
@@ -101,9 +88,6 @@ class MixedKvCache final : public KvCache {
 std::unique_ptr<KvCache> make_mixed_kv_cache(const CacheSpec& spec, int layers, int kv_heads, int max_seqs, int64_t max_len) {
   if (spec.key_clip == kvq::KeyClip::kMse && spec.key_clip_from != 0)
     throw Error("kv cache: --key-clip-from with --mix is not supported (layer numbers differ inside each format's part)");
-  for (const CacheSpec::LayerMix& m : spec.mix)
-    for (int l : m.layers)
-      if (l >= layers) throw Error("kv cache: --mix names layer " + std::to_string(l) + "; the model has " + std::to_string(layers));
   return std::make_unique<MixedKvCache>(spec, layers, kv_heads, max_seqs, max_len);
 }
 
