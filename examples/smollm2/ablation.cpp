@@ -18,17 +18,24 @@ float f16_round(float x) { return kvq::f16_bits_to_f32(kvq::f32_to_f16_bits(x));
 
 // kvq's asymmetric INT-b group with the range [lo, hi]: the bytes it would store, dequantized.
 // Returns the squared error over the included elements.
-double minmax_group(int bits, int n, const float* x, const uint8_t* in, float lo, float hi, float* out) {
-  const kvq::AsymParams p = bits == 2 ? kvq::asym_params<2>(lo, hi) : kvq::asym_params<4>(lo, hi);
+// (b = 3 is not a kvq format: the same scheme with 8 levels, fp16 scale and zero per group.)
+template <int Bits>
+double minmax_group_b(int n, const float* x, const uint8_t* in, float lo, float hi, float* out) {
+  const kvq::AsymParams p = kvq::asym_params<Bits>(lo, hi);
   const float zero = kvq::f16_bits_to_f32(p.zero), scale = kvq::f16_bits_to_f32(p.scale);
   double err = 0.0;
   for (int i = 0; i < n; ++i) {
     if (!in[i]) continue;
-    const uint32_t c = bits == 2 ? kvq::asym_encode<2>(x[i], zero, scale) : kvq::asym_encode<4>(x[i], zero, scale);
-    out[i] = kvq::asym_decode(c, zero, scale);
+    out[i] = kvq::asym_decode(kvq::asym_encode<Bits>(x[i], zero, scale), zero, scale);
     err += double(out[i] - x[i]) * double(out[i] - x[i]);
   }
   return err;
+}
+
+double minmax_group(int bits, int n, const float* x, const uint8_t* in, float lo, float hi, float* out) {
+  if (bits == 2) return minmax_group_b<2>(n, x, in, lo, hi, out);
+  if (bits == 3) return minmax_group_b<3>(n, x, in, lo, hi, out);
+  return minmax_group_b<4>(n, x, in, lo, hi, out);
 }
 
 // Each end of the range chosen separately by an MSE search over 21 candidates (up to half the
@@ -117,7 +124,7 @@ int parse_int(const std::string& name, const std::string& v) {
 
 bool Ablation::is_default() const {
   return quant_k && quant_v && layer_lo == 0 && layer_hi == (1 << 30) && sinks == 0 && k_clip == ClipRule::kMinMax &&
-         v_clip == ClipRule::kMinMax && v_levels == Levels::kUniform && !k_per_token;
+         v_clip == ClipRule::kMinMax && v_levels == Levels::kUniform && !k_per_token && k_bits == 0 && v_bits == 0;
 }
 
 std::string describe(const Ablation& a) {
@@ -131,6 +138,8 @@ std::string describe(const Ablation& a) {
   if (a.v_clip == ClipRule::kMse) s += " vclip=mse";
   if (a.v_levels == Levels::kLloydMax) s += " vlevels=lloydmax";
   if (a.k_per_token) s += " kaxis=token";
+  if (a.k_bits) s += " kbits=" + std::to_string(a.k_bits);
+  if (a.v_bits) s += " vbits=" + std::to_string(a.v_bits);
   return s;
 }
 
@@ -155,6 +164,10 @@ bool parse_ablation_flag(Ablation& a, const std::string& name, const std::string
   } else if (name == "sim-k-axis") {
     if (value != "channel" && value != "token") throw Error("--sim-k-axis expects channel or token");
     a.k_per_token = value == "token";
+  } else if (name == "sim-k-bits" || name == "sim-v-bits") {
+    const int b = parse_int(name, value);
+    if (b < 2 || b > 4) throw Error("--" + name + " expects 2, 3 or 4");
+    (name == "sim-k-bits" ? a.k_bits : a.v_bits) = b;
   } else {
     return false;
   }
@@ -167,6 +180,8 @@ void simulate_page(const Ablation& a, int bits_k, int gk, int bits_v, int gv, in
   std::vector<float> x(size_t(std::max(page, D))), y(x.size());
   std::vector<uint8_t> in(x.size());
   auto included = [&](int t) { return first_token + t >= a.sinks; };
+  if (bits_k && a.k_bits) bits_k = a.k_bits;
+  if (bits_v && a.v_bits) bits_v = a.v_bits;
   // Keys: per channel over gk tokens (kvq's layout), or per token over gk channels.
   if (bits_k == 0) {
     std::copy_n(k_raw, size_t(page) * D, k_out);

@@ -25,6 +25,7 @@ struct Ablation {
   ClipRule k_clip = ClipRule::kMinMax, v_clip = ClipRule::kMinMax;
   Levels v_levels = Levels::kUniform;
   bool k_per_token = false;  // keys grouped like values (per token over Gk channels)
+  int k_bits = 0, v_bits = 0;  // 2..4: that side's codes get this many bits (0: the format's)
 
   bool is_default() const;
   bool quantizes_layer(int layer) const { return layer >= layer_lo && layer <= layer_hi; }
@@ -33,13 +34,14 @@ struct Ablation {
 std::string describe(const Ablation& a);  // "" for the default; else e.g. " sinks=4 kclip=mse"
 
 // Parses one option of the command line ("k-only", "v-only", "layers", "sinks", "k-clip",
-// "v-clip", "v-levels", "k-axis"); returns false for a name it does not know. Throws Error on a
+// "v-clip", "v-levels", "k-axis", "k-bits", "v-bits"); returns false for a name it does not know. Throws Error on a
 // bad value.
 bool parse_ablation_flag(Ablation& a, const std::string& name, const std::string& value);
 
 // One cold page of one KV head: raw K/V (bf16 values as float, row-major [P][64]) -> what the
-// variant dequantizes to (same layout). bits_k / bits_v: 2, 4, or 0 for a side that is not an
-// INT-b format (copied through unchanged). gk, gv: group sizes. first_token: the page's first
+// variant dequantizes to (same layout). bits_k / bits_v: the format's 2 or 4 (the variant's
+// k_bits / v_bits replace them), or 0 for a side that is not an INT-b format (copied through
+// unchanged). gk, gv: group sizes. first_token: the page's first
 // position in the sequence (for sinks).
 void simulate_page(const Ablation& a, int bits_k, int gk, int bits_v, int gv, int page, int64_t first_token,
                    const float* k_raw, const float* v_raw, float* k_out, float* v_out);
