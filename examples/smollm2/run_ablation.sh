@@ -50,6 +50,11 @@ variants=(
   "k4v2_rot_sinks4|k4v2|--rotate on --sim-sinks 4"
   "k4v2_rot_sinks4_kclip|k4v2|--rotate on --sim-sinks 4 --sim-k-clip mse"
   "int2_gk16|int2|--gk 16"
+  # 3-bit codes for one side (not a kvq format), groups chosen so the total stays within 3.25 bits
+  "int2_rot_sinks4_k3g64|int2|--gk 64 --rotate on --sim-sinks 4 --sim-k-bits 3"
+  "int2_rot_sinks4_k3_vg64|int2|--gv 64 --rotate on --sim-sinks 4 --sim-k-bits 3"
+  "int2_rot_sinks4_v3g64|int2|--gv 64 --rotate on --sim-sinks 4 --sim-v-bits 3"
+  "int2_rot_sinks4_k3g64_vg64|int2|--gk 64 --gv 64 --rotate on --sim-sinks 4 --sim-k-bits 3"
 )
 only=${ONLY:-}         # comma-separated labels to run (default: all)
 threads=${THREADS:-0}  # --threads of each run (0: all cores)

@@ -17,8 +17,9 @@ CODE_BITS = {"none": (16, 16), "int8": (8, 8), "int4": (4, 4), "int2": (2, 2), "
 ORDER = list(CODE_BITS)
 
 
-def bits(fmt, gk, gv):
-    kb, vb = CODE_BITS.get(fmt, (0, 0))
+def bits(fmt, gk, gv, kb=None, vb=None):
+    """kb / vb: a simulated side's code bits (--sim-k-bits / --sim-v-bits), else the format's."""
+    kb, vb = kb or CODE_BITS.get(fmt, (0, 0))[0], vb or CODE_BITS.get(fmt, (0, 0))[1]
     if fmt in ("none",):
         return 16.0
     if fmt == "int8":
@@ -30,8 +31,10 @@ LAYERS = 30  # SmolLM2-135M
 
 
 def mixed_bits(fmt, gk, gv, variant):
-    """Bits per element averaged over the layers, for a variant with mix=FORMAT:LAYERS (--mix)."""
-    per_layer = [bits(fmt, gk, gv)] * LAYERS
+    """Bits per element averaged over the layers, for a variant with mix=FORMAT:LAYERS (--mix)
+    and kbits= / vbits= (--sim-k-bits / --sim-v-bits)."""
+    sim = {side: int(m.group(1)) for side in "kv" for m in [re.search(side + r"bits=([0-9])", variant or "")] if m}
+    per_layer = [bits(fmt, gk, gv, sim.get("k"), sim.get("v"))] * LAYERS
     for m in re.finditer(r"mix=([a-z0-9]+):([0-9,\-]+)", variant or ""):
         for part in m.group(2).split(","):
             lo, _, hi = part.partition("-")
