@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include <kvq/quant/rotation.hpp>
 #include <kvq/quant/scalar.hpp>
 
 #include "gguf.hpp"  // Error
@@ -124,7 +125,7 @@ int parse_int(const std::string& name, const std::string& v) {
 
 bool Ablation::is_default() const {
   return quant_k && quant_v && layer_lo == 0 && layer_hi == (1 << 30) && sinks == 0 && k_clip == ClipRule::kMinMax &&
-         v_clip == ClipRule::kMinMax && v_levels == Levels::kUniform && !k_per_token && k_bits == 0 && v_bits == 0;
+         v_clip == ClipRule::kMinMax && v_levels == Levels::kUniform && !k_per_token && k_bits == 0 && v_bits == 0 && !k_pre_rope;
 }
 
 std::string describe(const Ablation& a) {
@@ -140,6 +141,7 @@ std::string describe(const Ablation& a) {
   if (a.k_per_token) s += " kaxis=token";
   if (a.k_bits) s += " kbits=" + std::to_string(a.k_bits);
   if (a.v_bits) s += " vbits=" + std::to_string(a.v_bits);
+  if (a.k_pre_rope) s += " krope=pre";
   return s;
 }
 
@@ -168,6 +170,9 @@ bool parse_ablation_flag(Ablation& a, const std::string& name, const std::string
     const int b = parse_int(name, value);
     if (b < 2 || b > 4) throw Error("--" + name + " expects 2, 3 or 4");
     (name == "sim-k-bits" ? a.k_bits : a.v_bits) = b;
+  } else if (name == "sim-k-rope") {
+    if (value != "pre" && value != "post") throw Error("--sim-k-rope expects pre or post");
+    a.k_pre_rope = value == "pre";
   } else {
     return false;
   }
@@ -211,6 +216,31 @@ void simulate_page(const Ablation& a, int bits_k, int gk, int bits_v, int gv, in
       quantize_group(bits_v, a.v_clip, a.v_levels, gv, x.data(), in.data(), y.data());
       std::copy_n(y.data(), gv, v_out + size_t(t) * D + size_t(d0));
     }
+}
+
+namespace {
+
+void rope_pairs(const Ablation& a, int64_t pos, float sign, float* k) {
+  if (a.rope_base <= 0.0f) throw Error("ablation: --sim-k-rope pre needs the model's RoPE base");
+  for (int i = 0; i < 32; ++i) {
+    const double theta = double(pos) * std::pow(double(a.rope_base), -2.0 * i / 64);
+    const float c = float(std::cos(theta)), s = sign * float(std::sin(theta));
+    const float x = k[2 * i], y = k[2 * i + 1];
+    k[2 * i] = x * c - y * s;
+    k[2 * i + 1] = x * s + y * c;
+  }
+}
+
+}  // namespace
+
+void key_to_pre_rope(const Ablation& a, int64_t pos, bool rotated, uint64_t rotation_seed, float* k) {
+  if (rotated) kvq::unrotate<64>(k, rotation_seed);
+  rope_pairs(a, pos, -1.0f, k);
+}
+
+void key_from_pre_rope(const Ablation& a, int64_t pos, bool rotated, uint64_t rotation_seed, float* k) {
+  rope_pairs(a, pos, 1.0f, k);
+  if (rotated) kvq::rotate<64>(k, rotation_seed);
 }
 
 }  // namespace smollm2

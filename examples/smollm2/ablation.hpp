@@ -26,6 +26,8 @@ struct Ablation {
   Levels v_levels = Levels::kUniform;
   bool k_per_token = false;  // keys grouped like values (per token over Gk channels)
   int k_bits = 0, v_bits = 0;  // 2..4: that side's codes get this many bits (0: the format's)
+  bool k_pre_rope = false;      // keys quantized before RoPE (and before the rotation, if on)
+  float rope_base = 0.0f;       // the model's RoPE base (set by the model when it builds its cache)
 
   bool is_default() const;
   bool quantizes_layer(int layer) const { return layer >= layer_lo && layer <= layer_hi; }
@@ -34,7 +36,7 @@ struct Ablation {
 std::string describe(const Ablation& a);  // "" for the default; else e.g. " sinks=4 kclip=mse"
 
 // Parses one option of the command line ("k-only", "v-only", "layers", "sinks", "k-clip",
-// "v-clip", "v-levels", "k-axis", "k-bits", "v-bits"); returns false for a name it does not know. Throws Error on a
+// "v-clip", "v-levels", "k-axis", "k-bits", "v-bits", "k-rope"); returns false for a name it does not know. Throws Error on a
 // bad value.
 bool parse_ablation_flag(Ablation& a, const std::string& name, const std::string& value);
 
@@ -45,5 +47,11 @@ bool parse_ablation_flag(Ablation& a, const std::string& name, const std::string
 // position in the sequence (for sinks).
 void simulate_page(const Ablation& a, int bits_k, int gk, int bits_v, int gv, int page, int64_t first_token,
                    const float* k_raw, const float* v_raw, float* k_out, float* v_out);
+
+// Pre-RoPE keys (k_pre_rope): one cached key row (head dim 64) at position pos, as the cache holds
+// it (RoPE'd, then rotated with `rotation_seed` when `rotated`), back to the projection's output,
+// and the inverse. RoPE rotates adjacent pairs (2i, 2i+1) by pos * base^(-2i/64), as model.cpp.
+void key_to_pre_rope(const Ablation& a, int64_t pos, bool rotated, uint64_t rotation_seed, float* k);
+void key_from_pre_rope(const Ablation& a, int64_t pos, bool rotated, uint64_t rotation_seed, float* k);
 
 }  // namespace smollm2

@@ -246,8 +246,11 @@ class KvCacheImpl final : public KvCache {
     const bool layer_on = a.quantizes_layer(layer);
     const bool k_on = layer_on && a.quant_k, v_on = layer_on && a.quant_v;
     const bool k_sim = KQ::kind == kvq::QuantKind::kAsym, v_sim = VQ::kind == kvq::QuantKind::kAsym;
+    const uint64_t seed = spec_.rotation_seed(layer);
+    for (int t = 0; a.k_pre_rope && t < P; ++t) key_to_pre_rope(a, p * P + t, spec_.rotate, seed, kr.data() + size_t(t) * D);
     simulate_page(a, k_on && k_sim ? KQ::bits : 0, k_sim ? KQ::group : 1, v_on && v_sim ? VQ::bits : 0,
                   v_sim ? VQ::group : 1, P, p * P, kr.data(), vr.data(), ks.data(), vs.data());
+    for (int t = 0; a.k_pre_rope && t < P; ++t) key_from_pre_rope(a, p * P + t, spec_.rotate, seed, ks.data() + size_t(t) * D);
     for (int t = 0; t < P; ++t)
       for (int d = 0; d < D; ++d) {
         if (!k_on || k_sim) m.kq_t[k_tile_index(p * P + t, d)] = ks[size_t(t) * D + size_t(d)];

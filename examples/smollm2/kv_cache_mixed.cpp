@@ -12,6 +12,9 @@ namespace {
 class MixedKvCache final : public KvCache {
  public:
   MixedKvCache(const CacheSpec& spec, int layers, int kv_heads, int max_seqs, int64_t max_len) : spec_(spec) {
+    // A part numbers its layers from 0, so the simulations' layer ranges and rotation seeds would
+    // name the wrong layers.
+    if (!spec.ablation.is_default()) throw Error("kv cache: the simulated variants (" + describe(spec.ablation) + " ) are not for --mix");
     // One part per format in use; each holds its layers in order.
     const LayerFormats lf = layer_formats(spec, layers);
     std::vector<int> count(lf.formats.size(), 0);

@@ -49,6 +49,7 @@ const char* kUsage =
     "  --sim-v-levels uniform|lloydmax     2-bit value levels\n"
     "  --sim-k-axis channel|token          key groups per channel (kvq) or per token\n"
     "  --sim-k-bits / --sim-v-bits 2|3|4   that side's codes in this many bits (3: not a kvq format)\n"
+    "  --sim-k-rope post|pre               keys quantized after RoPE (kvq) or before it (and the rotation)\n"
     "commands:\n"
     "  perplexity --text FILE [--window 4096] [--windows 4] [--start 0] [--chunk 256] [--batch 2]\n"
     "  passkey [--lengths 1024,2048,4096,8192] [--depths 0.1,0.3,0.5,0.7,0.9] [--trials 4] [--seed 1] [--chunk 256]\n"
@@ -98,7 +99,7 @@ Args parse(int argc, char** argv) {
   static const char* known[] = {"model", "device", "format", "gk", "gv", "residual", "page", "attention", "threads", "max-context",
                                 "csv", "text", "window", "windows", "start", "chunk", "batch", "lengths", "depths",
                                 "trials", "seed", "prompt", "passage", "max-new", "rotate", "rotate-draw", "mix", "sinks", "key-clip", "key-clip-from", "ablate-kv",
-                                "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis", "sim-k-bits", "sim-v-bits", "query-stride", "passkey-prompt",
+                                "ablate-layers", "sim-sinks", "sim-k-clip", "sim-v-clip", "sim-v-levels", "sim-k-axis", "sim-k-bits", "sim-v-bits", "sim-k-rope", "query-stride", "passkey-prompt",
                                 "attention-out"};
   Args a;
   for (int i = 1; i < argc; ++i) {

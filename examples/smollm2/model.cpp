@@ -143,7 +143,9 @@ class CpuModel final : public Model {
       L.down = PackedMatrix(w.down.data(), d, ff);
       layers_.push_back(std::move(L));
     }
-    cache_ = make_kv_cache(spec, cfg_.n_layer, cfg_.n_kv_head, cfg_.head_dim, max_seqs, max_len);
+    CacheSpec cache_spec = spec;
+    cache_spec.ablation.rope_base = cfg_.rope_base;  // for --sim-k-rope pre
+    cache_ = make_kv_cache(cache_spec, cfg_.n_layer, cfg_.n_kv_head, cfg_.head_dim, max_seqs, max_len);
     rope_ = rope_table(cfg_, cache_->capacity());
   }
 

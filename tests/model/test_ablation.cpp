@@ -1,7 +1,8 @@
 // ablation.hpp's simulation with no option changed is kvq's own INT-b format: the same
 // dequantized values as kvq's record bytes, for every asymmetric configuration the example
 // compiles at page 64 (and a sink-less page of random K/V with outlier channels). Its bit-width
-// override turns one kvq format into another exactly, and 3 bits lies between 2 and 4.
+// override turns one kvq format into another exactly, and 3 bits lies between 2 and 4; the
+// pre-RoPE key transform inverts what the model applies.
 #include <kvq/kvq.hpp>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "ablation.hpp"
+#include "model.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -94,4 +96,37 @@ TEST_CASE("ablation: 3-bit codes take at most 8 levels a group and err between 2
   }
   CHECK(err[3] < 0.5 * err[2]);
   CHECK(err[4] < 0.5 * err[3]);
+}
+
+TEST_CASE("ablation: --sim-k-rope pre undoes the rotation and RoPE of a cached key and redoes them") {
+  smollm2::Ablation a;
+  REQUIRE(smollm2::parse_ablation_flag(a, "sim-k-rope", "pre"));
+  CHECK(smollm2::describe(a) == " krope=pre");
+  float k[64];
+  CHECK_THROWS(smollm2::key_to_pre_rope(a, 5, false, 0, k));  // the model has not set its RoPE base
+  smollm2::LlamaConfig cfg;
+  cfg.head_dim = 64;
+  cfg.rope_base = a.rope_base = 100000.0f;
+  const int64_t pos = 3001;
+  const std::vector<float> table = smollm2::rope_table(cfg, pos + 1);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  float x[64];
+  for (float& e : x) e = dist(rng);
+  for (const bool rotated : {false, true}) {
+    const uint64_t seed = kvq::layer_rotation_seed(11);
+    // What the cache holds: RoPE as model.cpp applies it (pairs 2i, 2i+1), then the rotation.
+    for (int i = 0; i < 32; ++i) {
+      const float c = table[size_t(pos * 32 + i) * 2], s = table[size_t(pos * 32 + i) * 2 + 1];
+      k[2 * i] = x[2 * i] * c - x[2 * i + 1] * s;
+      k[2 * i + 1] = x[2 * i] * s + x[2 * i + 1] * c;
+    }
+    if (rotated) kvq::rotate<64>(k, seed);
+    float cached[64];
+    std::copy_n(k, 64, cached);
+    smollm2::key_to_pre_rope(a, pos, rotated, seed, k);
+    for (int d = 0; d < 64; ++d) CHECK(k[d] == doctest::Approx(x[d]).epsilon(1e-4));
+    smollm2::key_from_pre_rope(a, pos, rotated, seed, k);
+    for (int d = 0; d < 64; ++d) CHECK(k[d] == doctest::Approx(cached[d]).epsilon(1e-4));
+  }
 }
