@@ -104,15 +104,19 @@ kvq::ConfigKey config_key(const CacheSpec& s) {
   } else if (s.format == "k2v4") {
     k = kvq::desc_int2(s.gk);
     v = kvq::desc_int4(s.gv);
+  } else if (s.format == "k3v2") {
+    k = kvq::desc_int3(s.gk);
+    v = kvq::desc_int2(s.gv);
   } else {
-    throw Error("unknown cache format '" + s.format + "' (none, int8, int4, int2, k4v2, k2v4)");
+    throw Error("unknown cache format '" + s.format + "' (none, int8, int4, int2, k4v2, k2v4, k3v2)");
   }
   return kvq::ConfigKey{kvq::DType::kBF16, 64, s.page, k, v};
 }
 
 std::string compiled_configurations() {
   return "bf16, head dim 64, page 16/32/64; formats none, int8, and int4/int2/k4v2 with Gk in {16,32,64} (Gk <= page) "
-         "and Gv in {16,32,64}; k2v4 with page 64 and Gk = Gv = 32; R any multiple of the page";
+         "and Gv in {16,32,64}; k2v4 with page 64 and Gk = Gv = 32; k3v2 (CPU only) with page 64 and Gk / Gv 64 / 64, 64 / 32 "
+         "or 32 / 64; R any multiple of the page";
 }
 
 void KvCache::check_room(const std::vector<SeqRows>& items) const {

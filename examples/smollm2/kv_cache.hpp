@@ -27,7 +27,7 @@ namespace smollm2 {
 enum class AttentionPath { kDecode, kReference };
 
 struct CacheSpec {
-  std::string format = "none";  // none | int8 | int4 | int2 | k4v2 (INT4 keys, INT2 values) | k2v4 (the reverse)
+  std::string format = "none";  // none | int8 | int4 | int2 | k4v2 (INT4 keys, INT2 values) | k2v4 (the reverse) | k3v2 (INT3 keys)
   int gk = 32;                  // key group (tokens), INT2/INT4 only; divides the page
   int gv = 32;                  // value group (channels), INT2/INT4 only; divides the head dim
   int residual = 128;           // R: hot window beyond the newest page, a multiple of the page
@@ -54,7 +54,9 @@ struct CacheSpec {
   };
   std::vector<LayerMix> mix;
   bool mixed() const { return !mix.empty(); }
-  bool grouped() const { return format == "int4" || format == "int2" || format == "k4v2" || format == "k2v4"; }  // Gk / Gv apply
+  bool grouped() const {  // Gk / Gv apply
+    return format == "int4" || format == "int2" || format == "k4v2" || format == "k2v4" || format == "k3v2";
+  }
   const std::string& format_of(int layer) const {
     for (const LayerMix& m : mix)
       if (std::binary_search(m.layers.begin(), m.layers.end(), layer)) return m.format;

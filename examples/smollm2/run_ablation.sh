@@ -55,6 +55,10 @@ variants=(
   "int2_rot_sinks4_k3_vg64|int2|--gv 64 --rotate on --sim-sinks 4 --sim-k-bits 3"
   "int2_rot_sinks4_v3g64|int2|--gv 64 --rotate on --sim-sinks 4 --sim-v-bits 3"
   "int2_rot_sinks4_k3g64_vg64|int2|--gk 64 --gv 64 --rotate on --sim-sinks 4 --sim-k-bits 3"
+  # keys quantized before RoPE (and before the rotation)
+  "int2_sinks4_kpre|int2|--sim-sinks 4 --sim-k-rope pre"
+  "int2_rot_sinks4_kpre|int2|--rotate on --sim-sinks 4 --sim-k-rope pre"
+  "int2_rot_sinks4_kpre_k3g64|int2|--gk 64 --rotate on --sim-sinks 4 --sim-k-rope pre --sim-k-bits 3"
 )
 only=${ONLY:-}         # comma-separated labels to run (default: all)
 threads=${THREADS:-0}  # --threads of each run (0: all cores)

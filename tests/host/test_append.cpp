@@ -85,7 +85,7 @@ TEST_CASE("append: hot-window boundaries at pages 16 and 32") {
   token_by_token<CfgP32Int2G16D64>(64, 0xa046);
 }
 
-TEST_CASE("append: hot-window boundaries for INT4, INT8, none, K4V2 and an fp16 model") {
+TEST_CASE("append: hot-window boundaries for INT4, INT8, none, K4V2, K3V2 and an fp16 model") {
   one_shot<CfgInt4>(128, 0xa051, 1);
   token_by_token<CfgInt4>(64, 0xa052, 1);
   one_shot<CfgInt8>(0, 0xa053, 1);
@@ -96,6 +96,8 @@ TEST_CASE("append: hot-window boundaries for INT4, INT8, none, K4V2 and an fp16 
   token_by_token<CfgK4V2>(0, 0xa058, 1);
   one_shot<CfgFp16Int2>(128, 0xa059, 1);
   token_by_token<CfgFp16Int2>(64, 0xa05a, 1);
+  one_shot<CfgK3V2>(128, 0xa05b, 1);
+  token_by_token<CfgK3V2>(0, 0xa05c, 1);
 }
 
 TEST_CASE("append: NaN / Inf / beyond-fp16 inputs raise flags when their page is quantized and decode finite") {

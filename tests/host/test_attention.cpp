@@ -69,6 +69,7 @@ TEST_CASE("attention: reference equals a naive fp64 attention on the decoded cac
     against_naive<CfgInt4>(0xa705, 8, 0, 640, 1, scale, 0.0f);
     against_naive<CfgP16Int2>(0xa706, 8, 32, 555, 1, scale, 0.0f);
     against_naive<CfgFp16Int2>(0xa707, 4, 64, 1500, 1, scale, 0.0f);
+    against_naive<CfgK3V2>(0xa708, 4, 128, 700, 1, scale, 0.0f);
   }
   SUBCASE("\"none\" attends the raw input (lossless baseline)") {
     using Cfg = CfgNone;
@@ -227,7 +228,7 @@ double quantized_error(uint64_t seed, const GenOptions& o, const std::vector<flo
   return reference.empty() ? 0.0 : rel_err(out, reference);
 }
 
-TEST_CASE("attention: error against none is ordered INT8 < INT4 < INT2 on keys with outlier channels") {
+TEST_CASE("attention: error against none is ordered INT8 < INT4 < INT2 on keys with outlier channels (K3V2 below INT2)") {
   GenOptions o;
   o.outliers_per_head = 4;
   o.min_mag = 10.0f;
@@ -241,11 +242,13 @@ TEST_CASE("attention: error against none is ordered INT8 < INT4 < INT2 on keys w
     const double e4 = quantized_error<CfgInt4>(seed, o, none, nullptr);
     const double e2 = quantized_error<CfgInt2>(seed, o, none, nullptr);
     const double e42 = quantized_error<CfgK4V2>(seed, o, none, nullptr);
-    MESSAGE("relative attention error vs none: int8 ", e8, "  int4 ", e4, "  k4v2 ", e42, "  int2 ", e2);
+    const double e32 = quantized_error<CfgK3V2>(seed, o, none, nullptr);  // the same bytes as INT2
+    MESSAGE("relative attention error vs none: int8 ", e8, "  int4 ", e4, "  k4v2 ", e42, "  k3v2 ", e32, "  int2 ", e2);
     CHECK(e8 > 0.0);
     CHECK(e8 < e4);
     CHECK(e4 < e42);
     CHECK(e42 < e2);
+    CHECK(e32 < e2);
     CHECK(e2 < 1.0);  // INT2 is lossy but still correlated with the baseline (noise would give ~1.4)
   }
 }

@@ -97,7 +97,9 @@ void check_chunks(uint64_t seed) {
       }
     }
   CHECK(mismatches == 0);
-  if constexpr (Cfg::k_quant::kind != kvq::QuantKind::kNone || Cfg::v_quant::kind != kvq::QuantKind::kNone)
+  // (INT3's two planes have no chunk pieces yet: the kernels do not read it.)
+  if constexpr ((Cfg::k_quant::kind != kvq::QuantKind::kNone || Cfg::v_quant::kind != kvq::QuantKind::kNone) &&
+                Cfg::k_quant::bits != 3 && Cfg::v_quant::bits != 3)
     check_tile_loader_pieces<Cfg>(record.data());
 }
 
@@ -111,4 +113,6 @@ TEST_CASE("chunk decode: 8 channels at once equal the per-element decode bit for
   check_chunks<kvq::CacheConfig<kvq::bf16, 64, 16, kvq::Int4<16>, kvq::Int2<4>>>(5);  // value groups < 8
   check_chunks<kvq::CacheConfig<kvq::bf16, 256, 128, kvq::Int4<32>, kvq::Int4<32>>>(6);
   check_chunks<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<8>, kvq::Int4<16>>>(7);
+  check_chunks<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int3<64>, kvq::Int2<64>>>(8);
+  check_chunks<kvq::CacheConfig<kvq::fp16, 64, 16, kvq::Int3<16>, kvq::Int3<8>>>(9);
 }

@@ -204,10 +204,8 @@ void encoded_page_order() {
   int64_t bad = 0;
   for (int t = 0; t < P; ++t)
     for (int c = 0; c < D; ++c) {
-      const kvq::CodeSlot ks = kvq::code_slot<KQ::bits, D>(Role::kKey, t, c);
-      const kvq::CodeSlot vs = kvq::code_slot<VQ::bits, D>(Role::kValue, t, c);
-      bad += ((kw[ks.word] >> ks.shift) & uint32_t(kmax)) != uint32_t(kcode(t, c));
-      bad += ((vw[vs.word] >> vs.shift) & uint32_t(vmax)) != uint32_t(vcode(t, c));
+      bad += kvq::read_code<KQ::bits, D, P>(Role::kKey, rec.data() + Cfg::record.k_codes, t, c) != uint32_t(kcode(t, c));
+      bad += kvq::read_code<VQ::bits, D, P>(Role::kValue, rec.data() + Cfg::record.v_codes, t, c) != uint32_t(vcode(t, c));
     }
   CHECK(bad == 0);
   // parameter layout (record_layout.hpp): keys scale[g][D] then zero[g][D] per token group g;
@@ -229,6 +227,8 @@ TEST_CASE("packing: encode_record writes codes at code_slot and parameters in th
     encoded_page_order<CfgP16K4V2D64>();
     encoded_page_order<CfgP32Int2G16D64>();
     encoded_page_order<CfgFp16Int2>();
+    encoded_page_order<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int3<64>, kvq::Int2<64>>>();
+    encoded_page_order<kvq::CacheConfig<kvq::bf16, 64, 16, kvq::Int3<16>, kvq::Int3<8>>>();
   }
   SUBCASE("parameter positions of one distinguishable group, INT8 and none token-major") {
     constexpr int D = 128, P = 64;
@@ -340,8 +340,7 @@ void asym_section_matches_groups(kvq::KeyClip clip) {
       const kvq::AsymParams p = kvq::encode_asym_group<KQ::bits>(
           KQ::group, [&](int i) { return k[size_t(g * KQ::group + i) * D + c].to_float(); },
           [&](int i, uint32_t code) {
-            const kvq::CodeSlot sl = kvq::code_slot<KQ::bits, D>(Role::kKey, g * KQ::group + i, c);
-            bad += ((kw[sl.word] >> sl.shift) & uint32_t(KQ::max_code)) != code;
+            bad += kvq::read_code<KQ::bits, D, P>(Role::kKey, rec.data() + Cfg::record.k_codes, g * KQ::group + i, c) != code;
           },
           want_flags, clip);
       bad += kp[(2 * g) * D + c] != p.scale || kp[(2 * g + 1) * D + c] != p.zero;
@@ -352,8 +351,7 @@ void asym_section_matches_groups(kvq::KeyClip clip) {
       const kvq::AsymParams p = kvq::encode_asym_group<VQ::bits>(
           VQ::group, [&](int i) { return v[size_t(t) * D + g * VQ::group + i].to_float(); },
           [&](int i, uint32_t code) {
-            const kvq::CodeSlot sl = kvq::code_slot<VQ::bits, D>(Role::kValue, t, g * VQ::group + i);
-            bad += ((vw[sl.word] >> sl.shift) & uint32_t(VQ::max_code)) != code;
+            bad += kvq::read_code<VQ::bits, D, P>(Role::kValue, rec.data() + Cfg::record.v_codes, t, g * VQ::group + i) != code;
           },
           want_flags);
       bad += vp[t * vg + g] != p.scale || vp[P * vg + t * vg + g] != p.zero;
@@ -364,13 +362,54 @@ void asym_section_matches_groups(kvq::KeyClip clip) {
   CHECK((flags & kvq::kFlagSaturated) != 0u);
 }
 
-TEST_CASE("packing: INT2 / INT4 sections equal encode_asym_group of each group (min/max and MSE keys, groups of 32, 16 and 4)") {
+TEST_CASE("packing: INT2 / INT3 / INT4 sections equal encode_asym_group of each group (min/max and MSE keys, groups of 64, 32, 16 and 4)") {
   using CfgSmall = kvq::CacheConfig<kvq::bf16, 64, 16, kvq::Int4<16>, kvq::Int2<4>>;
+  using CfgK3V2 = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int3<64>, kvq::Int2<64>>;
+  using CfgInt3Small = kvq::CacheConfig<kvq::bf16, 64, 16, kvq::Int3<16>, kvq::Int3<4>>;
   for (const kvq::KeyClip clip : {kvq::KeyClip::kMinMax, kvq::KeyClip::kMse}) {
     CAPTURE(int(clip));
     asym_section_matches_groups<CfgInt2>(clip);
     asym_section_matches_groups<CfgSmall>(clip);
+    asym_section_matches_groups<CfgK3V2>(clip);
+    asym_section_matches_groups<CfgInt3Small>(clip);
   }
+}
+
+TEST_CASE("packing: INT3 is an INT2 plane of the low bits, then a 1-bit plane of the high bits, hand-worked") {
+  constexpr int D = 64, P = 16;
+  // 1-bit words: keys word = t * 2 + c / 32, element j = c % 32 at bit j/2 + 16 (j%2); values
+  // word = (t / 2) * 4 + c / 16, element j = 2 (c % 16) + t % 2.
+  CHECK(kvq::packed_bit_offset(1, 0) == 0);
+  CHECK(kvq::packed_bit_offset(1, 1) == 16);
+  CHECK(kvq::packed_bit_offset(1, 31) == 31);
+  check_slots<1, D>(Role::kKey, {{0, 0, 0, 0}, {0, 1, 0, 16}, {0, 31, 0, 31}, {0, 32, 1, 0}, {3, 35, 7, 17}});
+  check_slots<1, D>(Role::kValue, {{0, 0, 0, 0}, {1, 0, 0, 16}, {0, 15, 0, 15}, {1, 17, 1, 17}, {6, 40, 14, 8}});
+  CHECK(kvq::section_words<3, D, P>() == P * D / 16 + P * D / 32);
+  // Codes 0..7 of keys: (t, c) -> (t + c) % 8. Plane 0: token 0's first word holds the low bits
+  // of channels 0..15; plane 1 (P * D / 4 bytes on) holds the high bits of channels 0..31.
+  auto code_at = [](int t, int c) { return uint32_t((t + c) % 8); };
+  std::vector<uint32_t> words(size_t(kvq::section_words<3, D, P>()));
+  for (size_t w = 0; w < words.size(); ++w) words[w] = kvq::pack_section_word<3, D, P>(Role::kKey, int(w), code_at);
+  // low plane word 0: element j = channel j, low bits (j % 8) & 3 at bit 2 (j / 2) + 16 (j % 2)
+  uint32_t want0 = 0, want_hi = 0;
+  for (int j = 0; j < 16; ++j) want0 |= uint32_t((j % 8) & 3) << (2 * (j / 2) + 16 * (j % 2));
+  for (int j = 0; j < 32; ++j) want_hi |= uint32_t((j % 8) >> 2) << (j / 2 + 16 * (j % 2));
+  CHECK(words[0] == want0);
+  CHECK(words[size_t(P * D / 16)] == want_hi);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(words.data());
+  int wrong = 0;
+  for (int t = 0; t < P; ++t)
+    for (int c = 0; c < D; ++c) wrong += kvq::read_code<3, D, P>(Role::kKey, bytes, t, c) != code_at(t, c);
+  CHECK(wrong == 0);
+  for (size_t w = 0; w < words.size(); ++w) words[w] = kvq::pack_section_word<3, D, P>(Role::kValue, int(w), code_at);
+  for (int t = 0; t < P; ++t)
+    for (int c = 0; c < D; ++c) wrong += kvq::read_code<3, D, P>(Role::kValue, bytes, t, c) != code_at(t, c);
+  CHECK(wrong == 0);
+  // The record of INT3 keys with Gk 64 and INT2 values with Gv 64 has INT2/32's size (3.0 bits).
+  using K3V2 = kvq::CacheConfig<kvq::bf16, 64, 64, kvq::Int3<64>, kvq::Int2<64>>;
+  using Int2 = kvq::CacheConfig<kvq::bf16, 64, 64, kvq::Int2<32>, kvq::Int2<32>>;
+  CHECK(K3V2::record_bytes == Int2::record_bytes);
+  CHECK(K3V2::record.k_params == size_t(64 * 64 * 3 / 8));
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ using CfgInt8 = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int8, kvq::Int8>;
 using CfgInt4 = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int4<32>, kvq::Int4<32>>;
 using CfgInt2 = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>;
 using CfgK4V2 = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int4<32>, kvq::Int2<32>>;
+using CfgK3V2 = kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int3<64>, kvq::Int2<64>>;  // host reference only
 using CfgFp16Int2 = kvq::CacheConfig<kvq::fp16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>;
 using CfgFp16None = kvq::CacheConfig<kvq::fp16, 128, 64, kvq::NoQuant, kvq::NoQuant>;
 using CfgP16Int2 = kvq::CacheConfig<kvq::bf16, 128, 16, kvq::Int2<16>, kvq::Int2<32>>;

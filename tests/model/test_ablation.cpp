@@ -1,7 +1,7 @@
 // ablation.hpp's simulation with no option changed is kvq's own INT-b format: the same
 // dequantized values as kvq's record bytes, for every asymmetric configuration the example
 // compiles at page 64 (and a sink-less page of random K/V with outlier channels). Its bit-width
-// override turns one kvq format into another exactly, and 3 bits lies between 2 and 4; the
+// override turns one kvq format into another exactly (3 bits: kvq's Int3), and 3 bits lies between 2 and 4; the
 // pre-RoPE key transform inverts what the model applies.
 #include <kvq/kvq.hpp>
 
@@ -59,6 +59,8 @@ TEST_CASE("ablation: the default simulation reproduces kvq's INT2 / INT4 records
   check_simulation_is_kvq<kvq::Int4<32>, kvq::Int4<32>>();
   check_simulation_is_kvq<kvq::Int4<32>, kvq::Int2<32>>();
   check_simulation_is_kvq<kvq::Int2<16>, kvq::Int2<64>>();
+  check_simulation_is_kvq<kvq::Int3<64>, kvq::Int2<64>>();
+  check_simulation_is_kvq<kvq::Int3<32>, kvq::Int2<64>>();
 }
 
 TEST_CASE("ablation: --sim-k-bits / --sim-v-bits turn one kvq format into another exactly") {
@@ -69,6 +71,9 @@ TEST_CASE("ablation: --sim-k-bits / --sim-v-bits turn one kvq format into anothe
   smollm2::Ablation v2;
   REQUIRE(smollm2::parse_ablation_flag(v2, "sim-v-bits", "2"));
   check_simulation_is_kvq<kvq::Int4<32>, kvq::Int2<32>>(v2, 4, 4);  // INT4 cache, 2-bit values: K4V2
+  smollm2::Ablation k3;
+  REQUIRE(smollm2::parse_ablation_flag(k3, "sim-k-bits", "3"));
+  check_simulation_is_kvq<kvq::Int3<64>, kvq::Int2<64>>(k3, 2, 2);  // INT2 cache, 3-bit keys: kvq's Int3
   CHECK_THROWS(smollm2::parse_ablation_flag(v2, "sim-v-bits", "5"));
   CHECK_THROWS(smollm2::parse_ablation_flag(v2, "sim-k-bits", "1"));
 }

@@ -13,7 +13,7 @@ from pathlib import Path
 # Code bits of K and V per format; INT-b groups add an fp16 scale and zero point (32 bits) per
 # group of G elements, INT8 an fp32 scale per token and head (D = 64 here). Sinks add 16 bits for
 # S tokens per sequence (not counted: 0.016 bits at 4 sinks over 4,096 tokens).
-CODE_BITS = {"none": (16, 16), "int8": (8, 8), "int4": (4, 4), "int2": (2, 2), "k4v2": (4, 2), "k2v4": (2, 4)}
+CODE_BITS = {"none": (16, 16), "int8": (8, 8), "int4": (4, 4), "int2": (2, 2), "k4v2": (4, 2), "k2v4": (2, 4), "k3v2": (3, 2)}
 ORDER = list(CODE_BITS)
 
 

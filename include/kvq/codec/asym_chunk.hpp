@@ -24,6 +24,7 @@ KVQ_NAMESPACE_BEGIN
 // fp16, c0 % 8 == 0).
 template <class Q, int D>
 KVQ_HD uint32_t key_chunk_word(const uint8_t* codes, int t, int c0) {
+  static_assert(Q::bits != 3, "INT3 codes are two planes (packing.hpp read_code); no chunk pieces yet");
   const CodeSlot first = code_slot<Q::bits, D>(Role::kKey, t, c0);
   return reinterpret_cast<const uint32_t*>(codes)[first.word] >> first.shift;
 }
@@ -95,6 +96,7 @@ KVQ_HD void decode_key_chunk(const uint8_t* codes, int t, int c0, const KeyChunk
 // pair's words from code_slot(kValue, t, c0).word on.
 template <class Q>
 KVQ_HD uint32_t value_chunk_code(const uint32_t* pair_words, int e, int parity) {
+  static_assert(Q::bits != 3, "INT3 codes are two planes (packing.hpp read_code); no chunk pieces yet");
   constexpr int half = 32 / Q::bits / 2;
   static_assert(kDecodeChunk % half == 0, "a chunk is whole words of a token pair");
   return (pair_words[e / half] >> packed_bit_offset(Q::bits, 2 * (e % half) + parity)) & uint32_t(Q::max_code);

@@ -1,7 +1,8 @@
-// kvq/codec/asym_codec.hpp - Codec<IntAsym<Bits, G>> (codec.hpp): INT2 / INT4 codes packed in 32-bit
-// words (packing.hpp), an fp16 scale and zero point per group (keys: one channel x G tokens;
-// values: one token x G channels), value = fma(code, scale, zero) (docs/FORMAT.md 3.3-3.5, 4.2).
-// The chunk decode's pieces that kernels use one by one are in asym_chunk.hpp.
+// kvq/codec/asym_codec.hpp - Codec<IntAsym<Bits, G>> (codec.hpp): INT2 / INT3 / INT4 codes packed in
+// 32-bit words (packing.hpp; INT3 in two planes), an fp16 scale and zero point per group (keys: one
+// channel x G tokens; values: one token x G channels), value = fma(code, scale, zero)
+// (docs/FORMAT.md 3.3-3.5, 4.2). The chunk decode's pieces that kernels use one by one are in
+// asym_chunk.hpp (INT2 / INT4: the device kernels do not read INT3 yet).
 #pragma once
 
 #include <cstdint>
@@ -44,24 +45,28 @@ struct Codec<IntAsym<Bits, G>> {
 
   template <Role R, int D, int P, class T>
   KVQ_HD static float decode_element(const uint8_t* codes, const uint8_t* params, int t, int c) {
-    const CodeSlot s = code_slot<Q::bits, D>(R, t, c);
-    const uint32_t code = (reinterpret_cast<const uint32_t*>(codes)[s.word] >> s.shift) & uint32_t(Q::max_code);
+    const uint32_t code = read_code<Q::bits, D, P>(R, codes, t, c);
     const AsymParams p = asym_params_at<Q, R, D, P>(params, t, c);
     return asym_decode(code, f16_bits_to_f32(p.zero), f16_bits_to_f32(p.scale));
   }
 
   template <Role R, int D, int P, class T>
   KVQ_HD static void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int c0, float (&out)[kDecodeChunk]) {
-    // The 8 codes sit in one packed word (keys; INT2 values) or two (INT4 values): code_slot of
+    // The 8 codes sit in one packed word (keys; INT2 values) or two (INT4 values; INT3: per plane): code_slot of
     // the first channel gives the word and the shift of element 0 (packing.hpp); the parameters
     // come from asym_params_at, once for the chunk where a value group covers it. Codes and fp16
     // parameters of all 8 elements first, the conversions and fmas after: in this order the
     // dequantize kernel issues all the loads of a thread's items before their math (converting the
     // key parameters up front instead cost the kernel a fifth of its INT2 throughput on an H200).
-    const CodeSlot first = code_slot<Q::bits, D>(R, t, c0);
     uint32_t code[kDecodeChunk];
     AsymParams par[kDecodeChunk];
-    if constexpr (R == Role::kKey) {
+    if constexpr (Q::bits == 3) {  // two planes: element by element (the host reference's reads)
+      KVQ_UNROLL
+      for (int e = 0; e < kDecodeChunk; ++e) {
+        code[e] = read_code<3, D, P>(R, codes, t, c0 + e);
+        par[e] = asym_params_at<Q, R, D, P>(params, t, c0 + e);
+      }
+    } else if constexpr (R == Role::kKey) {
       const uint32_t w = key_chunk_word<Q, D>(codes, t, c0);
       const uint16_t* row = key_params_row<Q, D>(params, t);
       uint16_t scale[kDecodeChunk], zero[kDecodeChunk];
@@ -73,7 +78,7 @@ struct Codec<IntAsym<Bits, G>> {
         par[e] = AsymParams{scale[e], zero[e]};
       }
     } else {
-      const uint32_t* words = reinterpret_cast<const uint32_t*>(codes) + first.word;
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(codes) + code_slot<Q::bits, D>(R, t, c0).word;
       const AsymParams whole = asym_params_at<Q, R, D, P>(params, t, c0);
       KVQ_UNROLL
       for (int e = 0; e < kDecodeChunk; ++e) {
@@ -168,9 +173,9 @@ struct Codec<IntAsym<Bits, G>> {
     }
     sync();
     uint32_t* words = reinterpret_cast<uint32_t*>(codes);
-    constexpr int num_words = P * D / (32 / Q::bits);
+    constexpr int num_words = section_words<Q::bits, D, P>();
     for (int w = tid; w < num_words; w += nthreads)
-      words[w] = pack_word<Q::bits, D>(R, w, [&](int t, int c) { return scratch[t * D + c]; });
+      words[w] = pack_section_word<Q::bits, D, P>(R, w, [&](int t, int c) { return uint32_t(scratch[t * D + c]); });
   }
 };
 

@@ -9,6 +9,10 @@
 //   values (V section): word = a token pair (2p, 2p+1), n/2 consecutive channels;
 //          element j = (token 2p + j%2, channel c0 + j/2).
 //          words are pair-major: word index = (t / 2) * (D / (n/2)) + c / (n/2).
+// INT3 sections are two planes: the low 2 bits of every code, packed as an INT2 section (P x D / 4
+// bytes), then the high bit of every code packed by the same rules with b = 1 (n = 32 codes a
+// word, element j at bit j/2 + 16*(j%2); P x D / 8 bytes). So an INT3 key word pair covers 16 / 32
+// channels of a token, and a kernel that reads INT2 words reads the low plane unchanged.
 // INT8 codes are bytes, token-major, channels in order; "none" stores the model dtype the same way.
 #pragma once
 
@@ -70,6 +74,35 @@ KVQ_UNROLL
     w |= static_cast<uint32_t>(code_at(tc.t, tc.c)) << packed_bit_offset(Bits, j);
   }
   return w;
+}
+
+// The code of (token t, channel c) of a packed INT-b section (b = 2, 3, 4) of D channels and P tokens.
+template <int Bits, int D, int P>
+KVQ_HD uint32_t read_code(Role role, const uint8_t* codes, int t, int c) {
+  if constexpr (Bits == 3) {
+    return read_code<2, D, P>(role, codes, t, c) | (read_code<1, D, P>(role, codes + P * D / 4, t, c) << 2);
+  } else {
+    const CodeSlot s = code_slot<Bits, D>(role, t, c);
+    return (reinterpret_cast<const uint32_t*>(codes)[s.word] >> s.shift) & ((1u << Bits) - 1u);
+  }
+}
+
+// Words of a packed INT-b section (both planes of INT3), and word w of it from its codes.
+template <int Bits, int D, int P>
+KVQ_HD_CONSTEXPR int section_words() {
+  return Bits == 3 ? P * D / 16 + P * D / 32 : P * D / (32 / Bits);
+}
+
+KVQ_EXEC_CHECK_DISABLE
+template <int Bits, int D, int P, class CodeAt>
+KVQ_HD uint32_t pack_section_word(Role role, int w, CodeAt&& code_at) {
+  if constexpr (Bits == 3) {
+    constexpr int low_words = P * D / 16;
+    if (w < low_words) return pack_word<2, D>(role, w, [&](int t, int c) { return code_at(t, c) & 3u; });
+    return pack_word<1, D>(role, w - low_words, [&](int t, int c) { return code_at(t, c) >> 2; });
+  } else {
+    return pack_word<Bits, D>(role, w, code_at);
+  }
 }
 
 KVQ_NAMESPACE_END

@@ -56,7 +56,7 @@ constexpr bool is_supported_page(int P) { return P == 16 || P == 32 || P == 64 |
 constexpr bool format_fits(QuantDesc q, Role role, int D, int P) {
   return q.kind == QuantKind::kNone   ? q.bits == 16 && q.group == 0
          : q.kind == QuantKind::kInt8 ? q.bits == 8 && q.group == 0
-         : (q.bits == 2 || q.bits == 4) && q.group >= 1 &&
+         : q.bits >= 2 && q.bits <= 4 && q.group >= 1 &&
                (role == Role::kKey ? P % q.group == 0 : D % q.group == 0);
 }
 
