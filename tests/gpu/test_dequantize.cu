@@ -135,8 +135,9 @@ struct TunedDequantize : kvq::DequantizePolicy {
 }  // namespace kvq_test_policy
 
 TEST_SUITE("gpu") {
-  TEST_CASE("dequantize: bit-identical to the host reference for int2, k4v2, int8, none") {
+  TEST_CASE("dequantize: bit-identical to the host reference for int2, k4v2, int8, none, k3v2") {
     check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>>(101);
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int3<64>, kvq::Int2<64>>>(105);  // INT3 keys
     check_dequantize<kvq::CacheConfig<kvq::fp16, 64, 32, kvq::Int4<32>, kvq::Int2<32>>>(102);
     check_dequantize<kvq::CacheConfig<kvq::bf16, 256, 16, kvq::Int8, kvq::Int8>>(103);
     check_dequantize<kvq::CacheConfig<kvq::fp16, 128, 64, kvq::NoQuant, kvq::NoQuant>>(104);
@@ -147,6 +148,7 @@ TEST_SUITE("gpu") {
     check_dequantize<kvq::CacheConfig<kvq::fp16, 64, 32, kvq::Int4<32>, kvq::Int2<32>>>(113, 40, 16, kvq::KeyClip::kMse);
     check_dequantize<kvq::CacheConfig<kvq::bf16, 256, 16, kvq::Int8, kvq::Int8>>(114, 40, 15, kvq::KeyClip::kMinMax);
     check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int2<32>, kvq::Int2<32>>>(115, 40, 1, kvq::KeyClip::kMse);
+    check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 64, kvq::Int3<64>, kvq::Int2<64>>>(117, 40, 4, kvq::KeyClip::kMinMax);
     // the strided kernel (page 0 among a block's several pages)
     check_dequantize<kvq::CacheConfig<kvq::bf16, 128, 32, kvq::Int2<32>, kvq::Int2<32>>>(116, 1100, 8, kvq::KeyClip::kMinMax);
   }
