@@ -2,7 +2,7 @@
 // 32-bit words (packing.hpp; INT3 in two planes), an fp16 scale and zero point per group (keys: one
 // channel x G tokens; values: one token x G channels), value = fma(code, scale, zero)
 // (docs/FORMAT.md 3.3-3.5, 4.2). The chunk decode's pieces that kernels use one by one are in
-// asym_chunk.hpp (INT2 / INT4: the device kernels do not read INT3 yet).
+// asym_chunk.hpp (INT2 / INT4 only: the decode and prefill kernels do not read INT3 yet).
 #pragma once
 
 #include <cstdint>
@@ -52,7 +52,7 @@ struct Codec<IntAsym<Bits, G>> {
 
   template <Role R, int D, int P, class T>
   KVQ_HD static void decode_chunk(const uint8_t* codes, const uint8_t* params, int t, int c0, float (&out)[kDecodeChunk]) {
-    // The 8 codes sit in one packed word (keys; INT2 values) or two (INT4 values; INT3: per plane): code_slot of
+    // The 8 codes sit in one packed word (keys; INT2 values) or two (INT4 values): code_slot of
     // the first channel gives the word and the shift of element 0 (packing.hpp); the parameters
     // come from asym_params_at, once for the chunk where a value group covers it. Codes and fp16
     // parameters of all 8 elements first, the conversions and fmas after: in this order the

@@ -3,7 +3,7 @@
 //   kvq::Int2<G>, kvq::Int4<G>  asymmetric min/max, fp16 scale and zero per group of G
 //                               (keys: one channel x G tokens; values: one token x G channels)
 //   kvq::Int3<G>                the same with 8 levels, its codes in two planes (packing.hpp);
-//                               the host reference only so far (no device kernels)
+//                               the decode and prefill kernels do not read it yet
 //   kvq::Int8                   symmetric, one fp32 scale per token and head
 //   kvq::NoQuant                the model dtype stored as is (the "none" baseline)
 //
