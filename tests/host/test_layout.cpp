@@ -88,7 +88,10 @@ TEST_CASE("layout: every format pair, head dim and page: 16-byte parts, no paddi
     CHECK(kvq::validate_layout(kvq::desc_int2(), kvq::desc_int2(48), 128, 64) == Status::kConfigMismatch);  // Gv must divide D
     CHECK(kvq::validate_layout(kvq::desc_int2(64), kvq::desc_int2(), 128, 32) == Status::kConfigMismatch);
     CHECK(kvq::validate_layout(kvq::desc_int2(0), kvq::desc_int2(), 128, 64) == Status::kConfigMismatch);
-    CHECK(kvq::validate_layout(QuantDesc{QuantKind::kAsym, 3, 32}, kvq::desc_int2(), 128, 64) == Status::kConfigMismatch);
+    CHECK(kvq::validate_layout(QuantDesc{QuantKind::kAsym, 5, 32}, kvq::desc_int2(), 128, 64) == Status::kConfigMismatch);
+    CHECK(kvq::validate_layout(QuantDesc{QuantKind::kAsym, 1, 32}, kvq::desc_int2(), 128, 64) == Status::kConfigMismatch);
+    CHECK(kvq::validate_layout(kvq::desc_int3(), kvq::desc_int2(64), 128, 64) == Status::kSuccess);  // INT3 keys
+    CHECK(kvq::validate_layout(kvq::desc_int3(128), kvq::desc_int2(), 128, 64) == Status::kConfigMismatch);  // Gk > P
     CHECK(kvq::validate_layout(QuantDesc{QuantKind::kAsym, 8, 32}, kvq::desc_int2(), 128, 64) == Status::kConfigMismatch);
     CHECK(kvq::validate_layout(QuantDesc{QuantKind::kInt8, 8, 32}, kvq::kDescInt8, 128, 64) == Status::kConfigMismatch);
     CHECK(kvq::validate_layout(kvq::kDescNone, QuantDesc{QuantKind::kNone, 8, 0}, 128, 64) == Status::kConfigMismatch);

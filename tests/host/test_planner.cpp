@@ -31,6 +31,8 @@ TEST_CASE("planner: bytes per page and per token for Llama-3-8B (32 layers, 8 KV
   CHECK(kvq::bytes_per_token(kLlama3_8B, kI4) == 40960.0);
   CHECK(kvq::bytes_per_token(kLlama3_8B, kI2) == 24576.0);
   CHECK(kvq::bytes_per_token(kLlama3_8B, kK4V2) == 32768.0);
+  CHECK(kvq::bytes_per_token(kLlama3_8B, fmt(kvq::desc_int3(64), kvq::desc_int2(64))) == 24576.0);  // INT2's
+  CHECK(kvq::bytes_per_token(kLlama3_8B, fmt(kvq::desc_int3(64), kvq::desc_int2(32))) == 26624.0);  // 3.25 bits
   // "none" costs what a dense bf16 cache costs; INT2 is 16/3 times smaller
   CHECK(kvq::bytes_per_token_dense(kLlama3_8B) == 131072.0);
   CHECK(kvq::bytes_per_token_dense(kLlama3_8B, 4) == 262144.0);
@@ -116,8 +118,9 @@ TEST_CASE("planner: validate rejects bad shapes and formats") {
   CHECK(kvq::validate(kLlama3_8B, fmt(kvq::desc_int2(), kvq::desc_int2(), 48, 96)) == Status::kConfigMismatch);
   CHECK(kvq::validate(kLlama3_8B, fmt(kvq::desc_int2(), kvq::desc_int2(), 16, 32)) == Status::kConfigMismatch);  // Gk 32 > P
   CHECK(kvq::validate(kLlama3_8B, fmt(kvq::desc_int2(), kvq::desc_int2(48))) == Status::kConfigMismatch);
-  CHECK(kvq::validate(kLlama3_8B, fmt(kvq::QuantDesc{kvq::QuantKind::kAsym, 3, 32}, kvq::desc_int2())) ==
+  CHECK(kvq::validate(kLlama3_8B, fmt(kvq::QuantDesc{kvq::QuantKind::kAsym, 5, 32}, kvq::desc_int2())) ==
         Status::kConfigMismatch);
+  CHECK(kvq::validate(kLlama3_8B, fmt(kvq::desc_int3(64), kvq::desc_int2(64))) == Status::kSuccess);  // K3V2: INT2's bytes
   CHECK(kvq::validate(kLlama3_8B, fmt(kvq::QuantDesc{kvq::QuantKind::kInt8, 4, 0}, kvq::desc_int2())) ==
         Status::kConfigMismatch);
 }
