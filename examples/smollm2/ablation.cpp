@@ -11,6 +11,7 @@
 #include <kvq/quant/scalar.hpp>
 
 #include "gguf.hpp"  // Error
+#include "rope.hpp"
 
 namespace smollm2 {
 namespace {
@@ -222,13 +223,9 @@ namespace {
 
 void rope_pairs(const Ablation& a, int64_t pos, float sign, float* k) {
   if (a.rope_base <= 0.0f) throw Error("ablation: --sim-k-rope pre needs the model's RoPE base");
-  for (int i = 0; i < 32; ++i) {
-    const double theta = double(pos) * std::pow(double(a.rope_base), -2.0 * i / 64);
-    const float c = float(std::cos(theta)), s = sign * float(std::sin(theta));
-    const float x = k[2 * i], y = k[2 * i + 1];
-    k[2 * i] = x * c - y * s;
-    k[2 * i + 1] = x * s + y * c;
-  }
+  float cs[64];
+  rope_angles(a.rope_base, 64, pos, cs);
+  rope_rotate(k, cs, 32, sign);
 }
 
 }  // namespace

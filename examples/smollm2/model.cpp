@@ -7,6 +7,7 @@
 #include <set>
 
 #include "gemm.hpp"
+#include "rope.hpp"
 
 namespace smollm2 {
 
@@ -85,15 +86,9 @@ LayerWeights read_layer_weights(const GgufFile& f, int layer) {
 }
 
 std::vector<float> rope_table(const LlamaConfig& cfg, int64_t positions) {
-  // GGUF Llama weights are permuted for rotation of adjacent pairs (2i, 2i+1).
-  const int half = cfg.head_dim / 2;
-  std::vector<float> t(size_t(positions) * size_t(half) * 2);
-  for (int64_t p = 0; p < positions; ++p)
-    for (int i = 0; i < half; ++i) {
-      const double theta = double(p) * std::pow(double(cfg.rope_base), -2.0 * i / cfg.head_dim);
-      t[(size_t(p) * size_t(half) + size_t(i)) * 2] = float(std::cos(theta));
-      t[(size_t(p) * size_t(half) + size_t(i)) * 2 + 1] = float(std::sin(theta));
-    }
+  const size_t per = size_t(cfg.head_dim);  // head_dim / 2 pairs of (cos, sin)
+  std::vector<float> t(size_t(positions) * per);
+  for (int64_t p = 0; p < positions; ++p) rope_angles(cfg.rope_base, cfg.head_dim, p, t.data() + size_t(p) * per);
   return t;
 }
 
@@ -236,13 +231,7 @@ class CpuModel final : public Model {
     }
   }
   void rope(float* v, int64_t p) const {
-    const int half = cfg_.head_dim / 2;
-    const float* cs = rope_.data() + size_t(p) * size_t(half) * 2;
-    for (int i = 0; i < half; ++i) {
-      const float a = v[2 * i], b = v[2 * i + 1], c = cs[2 * i], s = cs[2 * i + 1];
-      v[2 * i] = a * c - b * s;
-      v[2 * i + 1] = a * s + b * c;
-    }
+    rope_rotate(v, rope_.data() + size_t(p) * size_t(cfg_.head_dim), cfg_.head_dim / 2);
   }
 
   LlamaConfig cfg_;
